@@ -1,0 +1,143 @@
+"""Count the bytes FSDP's collectives really move, and the primer's theory.
+
+FSDP2 issues its all-gathers, reduce-scatters and (HSDP/replicate) all-reduces
+through `torch.distributed` from one module. `CommCounter.install()` routes
+that module's `dist` name through a thin proxy that records each real call's
+tensor sizes and group size before forwarding it unchanged. Bytes are what
+this rank sends or receives under the bandwidth-optimal (ring) algorithms:
+
+    all-gather      (g-1)   x shard bytes      (receives every other shard)
+    reduce-scatter  (g-1)   x shard bytes      (sends every other shard)
+    all-reduce      2(g-1)/g x tensor bytes    (reduce-scatter + all-gather)
+
+so that over a step they add up to the primer's 3(N-1)/N x S for FSDP and
+2(N-1)/N x S for DDP when the collectives are the ones we expect.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch.distributed as dist
+
+_FSDP_COLLECTIVES_MODULE = "torch.distributed.fsdp._fully_shard._fsdp_collectives"
+
+
+@dataclass
+class CommTally:
+    bytes_by_op: Counter = field(default_factory=Counter)
+    calls_by_op: Counter = field(default_factory=Counter)
+    time_s: float = 0.0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_by_op.values())
+
+    @property
+    def collectives(self) -> int:
+        return sum(self.calls_by_op.values())
+
+
+class _CountingDist:
+    """Stands in for `torch.distributed` inside FSDP's collectives module."""
+
+    def __init__(self, counter: CommCounter):
+        self._counter = counter
+
+    def __getattr__(self, name):
+        return getattr(dist, name)
+
+    def all_gather_single(self, output_tensor, input_tensor, group=None, async_op=False):
+        g = dist.get_world_size(group)
+        nbytes = (g - 1) * input_tensor.numel() * input_tensor.element_size()
+        return self._counter.timed(
+            "all_gather", nbytes, dist.all_gather_single, output_tensor, input_tensor,
+            group=group, async_op=async_op,
+        )
+
+    def reduce_scatter_single(self, output, input, group=None, op=None, async_op=False):
+        g = dist.get_world_size(group)
+        nbytes = (g - 1) * output.numel() * output.element_size()
+        kwargs = {"group": group, "async_op": async_op}
+        if op is not None:
+            kwargs["op"] = op
+        return self._counter.timed(
+            "reduce_scatter", nbytes, dist.reduce_scatter_single, output=output, input=input,
+            **kwargs,
+        )
+
+    def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        g = dist.get_world_size(group)
+        nbytes = 2 * (g - 1) * tensor.numel() * tensor.element_size() // g
+        return self._counter.timed(
+            "all_reduce", nbytes, dist.all_reduce, tensor, op=op, group=group, async_op=async_op
+        )
+
+
+class CommCounter:
+    """Process-wide tally of FSDP's collective traffic; `take()` reads and resets."""
+
+    _installed: CommCounter | None = None
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tally = CommTally()
+
+    @classmethod
+    def install(cls) -> CommCounter:
+        import importlib
+
+        if cls._installed is None:
+            module = importlib.import_module(_FSDP_COLLECTIVES_MODULE)
+            if getattr(module, "dist", None) is not dist:
+                raise RuntimeError(
+                    f"{_FSDP_COLLECTIVES_MODULE} no longer calls torch.distributed as 'dist'; "
+                    "collective byte counting needs updating for this torch version"
+                )
+            cls._installed = cls()
+            module.dist = _CountingDist(cls._installed)
+        return cls._installed
+
+    def timed(self, op_name: str, nbytes: int, fn, /, *args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self._tally.bytes_by_op[op_name] += nbytes
+            self._tally.calls_by_op[op_name] += 1
+            self._tally.time_s += elapsed
+        return result
+
+    def take(self) -> CommTally:
+        with self._lock:
+            tally, self._tally = self._tally, CommTally()
+        return tally
+
+
+def comm_theory_bytes(
+    strategy: str,
+    mesh_shape: tuple[int, ...],
+    param_bytes: int,
+    reduce_bytes: int,
+    micro_steps: int = 1,
+) -> float:
+    """Bytes one rank moves per optimizer step by the primer's formulas.
+
+    param_bytes: the model in the all-gather (param) dtype; reduce_bytes: in
+    the reduce dtype. Every micro-step all-gathers for forward and (unless
+    ZeRO-2) again for backward; gradients are reduced once per step.
+    """
+    if strategy == "no_shard":
+        r = mesh_shape[0]
+        return 2 * (r - 1) / r * reduce_bytes
+    shard = mesh_shape[-1]
+    replicate = mesh_shape[0] if len(mesh_shape) == 2 else 1
+    gathers = micro_steps if strategy == "shard_grad_op" else 2 * micro_steps
+    frac = (shard - 1) / shard
+    total = gathers * frac * param_bytes + frac * reduce_bytes
+    if replicate > 1:
+        total += 2 * (replicate - 1) / replicate * reduce_bytes / shard
+    return total

@@ -1,0 +1,118 @@
+"""Resumable data whose order is a function of (seed, global sample index) only.
+
+Sample `i` of a job is the same tokens whatever the world size; a step takes
+the next `global_batch` indices and rank `r` of `n` takes its contiguous
+`global_batch / n` of them. The cursor (the next global sample index) is all a
+checkpoint needs to continue the exact order.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sysconfig
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workers.config import DataConfig, ModelConfig
+
+_MASK64 = (1 << 64) - 1
+BUILTIN_CORPUS_BYTES = 1 << 20  # 1 MiB of the Python standard library's source
+
+
+def mix64(seed: int, index: int) -> int:
+    """splitmix64 of (seed, index): a stateless, platform-independent hash."""
+    z = (seed * 0x9E3779B97F4A7C15 + index + 1) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class SyntheticSource:
+    """Arithmetic progressions mod vocab with a per-sample start and stride:
+    learnable, so a falling loss says the engine trains."""
+
+    def __init__(self, seed: int, seq_len: int, vocab_size: int):
+        self.seed, self.seq_len, self.vocab = seed, seq_len, vocab_size
+
+    def sample(self, index: int) -> np.ndarray:
+        h = mix64(self.seed, index)
+        start, stride = h % self.vocab, 1 + (h >> 32) % 7
+        return (start + stride * np.arange(self.seq_len + 1, dtype=np.int64)) % self.vocab
+
+
+class ByteCorpusSource:
+    """Windows of seq_len+1 bytes at offsets drawn from (seed, index)."""
+
+    def __init__(self, data: np.ndarray, seed: int, seq_len: int, name: str):
+        if len(data) < seq_len + 2:
+            raise ValueError(
+                f"data {name}: {len(data)} bytes is too short for seq_len {seq_len} "
+                f"(needs at least {seq_len + 2})"
+            )
+        self.data, self.seed, self.seq_len = data, seed, seq_len
+        self.windows = len(data) - seq_len - 1
+
+    def sample(self, index: int) -> np.ndarray:
+        off = mix64(self.seed, index) % self.windows
+        return self.data[off : off + self.seq_len + 1].astype(np.int64)
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_corpus() -> np.ndarray:
+    """The standard library's own source text, byte-level: on every machine,
+    no download. Files in sorted order, capped at BUILTIN_CORPUS_BYTES."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    chunks, total = [], 0
+    for name in sorted(os.listdir(stdlib)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(stdlib, name), "rb") as f:
+            blob = f.read()
+        chunks.append(blob)
+        total += len(blob)
+        if total >= BUILTIN_CORPUS_BYTES:
+            break
+    return np.frombuffer(b"".join(chunks)[:BUILTIN_CORPUS_BYTES], dtype=np.uint8)
+
+
+def read_bytes(uri: str) -> np.ndarray:
+    import fsspec
+
+    with fsspec.open(uri, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8)
+
+
+def build_source(data: DataConfig, model: ModelConfig):
+    if data.source == "synthetic":
+        return SyntheticSource(data.seed, model.seq_len, model.vocab_size)
+    if data.source == "builtin":
+        return ByteCorpusSource(builtin_corpus(), data.seed, model.seq_len, "builtin corpus")
+    return ByteCorpusSource(read_bytes(data.uri), data.seed, model.seq_len, data.uri)
+
+
+@dataclass
+class RankBatches:
+    """This rank's share of each global batch, and the resumable cursor."""
+
+    source: object
+    global_batch: int
+    rank: int
+    world_size: int
+    next_sample: int = 0  # the cursor: the first global index of the next step
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        per_rank = self.global_batch // self.world_size
+        first = self.next_sample + self.rank * per_rank
+        rows = np.stack([self.source.sample(i) for i in range(first, first + per_rank)])
+        self.next_sample += self.global_batch
+        t = torch.from_numpy(rows)
+        return t[:, :-1], t[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"next_sample": self.next_sample}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_sample = int(state["next_sample"])

@@ -1,0 +1,302 @@
+"""A job's gang of rank actors on Ray: one placement group, one actor per bundle,
+one process group among them.
+
+    with WorkerGroup(2, cpus_per_worker=1) as group:   # start(): reserve, spawn, rendezvous
+        per_rank = group.train(config)                  # or start_training(config).wait(...)
+
+The group owns what it creates: `shutdown()` (also on leaving `with`, and on
+any error in `start` or while training) kills every actor and removes the
+placement group. A rank whose actor dies is named at the next poll and never
+waited for; the survivors may sit in a collective until the process-group
+timeout, so they are killed rather than joined.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from workers.config import JobConfig
+from workers.errors import (
+    CapacityError,
+    PlacementTimeoutError,
+    RankError,
+    RankFailedError,
+    RankLostError,
+    WorkerGroupError,
+)
+from workers.rank_actor import RankActor
+
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+POLL_S = 0.5  # how often a wait looks at its ranks
+BLAME_GRACE_S = 3.0  # once a rank raises, how long to look for a lost rank that made it raise
+PROGRESS_TIMEOUT_S = 30.0
+_EPS = 1e-6  # Ray counts resources in units of 1e-4
+
+_RemoteRankActor = ray.remote(RankActor)
+
+
+class WorkerGroup:
+    """`num_workers` rank actors, placed all or nothing, in one process group."""
+
+    def __init__(
+        self,
+        num_workers: int,
+        *,
+        cpus_per_worker: float = 1.0,
+        gpus_per_worker: float = 0,
+        placement_strategy: str = "PACK",
+        name_prefix: str | None = None,
+        pg_timeout_s: float = 30.0,
+        ready_timeout_s: float = 60.0,
+    ):
+        if placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ValueError(
+                f"unknown placement strategy {placement_strategy!r} "
+                f"(known: {', '.join(PLACEMENT_STRATEGIES)})"
+            )
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if min(cpus_per_worker, gpus_per_worker) < 0 or cpus_per_worker + gpus_per_worker == 0:
+            raise ValueError(
+                "a worker needs some CPUs or GPUs, got "
+                f"cpus_per_worker={cpus_per_worker}, gpus_per_worker={gpus_per_worker}"
+            )
+        self.num_workers = num_workers
+        self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = gpus_per_worker
+        self.placement_strategy = placement_strategy
+        self.name_prefix = name_prefix
+        self.pg_timeout_s = pg_timeout_s
+        self.ready_timeout_s = ready_timeout_s
+        self.backend: str | None = None
+        self.rendezvous: tuple[str, int] | None = None
+        # One dict per rank (node_id, node_ip, pid, gpu_ids); kept after shutdown
+        # so that errors can still say where a rank ran.
+        self.node_infos: list[dict] = []
+        self._pg: PlacementGroup | None = None
+        self._actors: list = []
+
+    @property
+    def actors(self) -> list:
+        """The rank actors' handles, rank order; empty unless started."""
+        return list(self._actors)
+
+    @property
+    def bundle(self) -> dict[str, float]:
+        """What one rank reserves."""
+        wanted = {"CPU": self.cpus_per_worker, "GPU": self.gpus_per_worker}
+        return {key: amount for key, amount in wanted.items() if amount}
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def start(self) -> WorkerGroup:
+        """Reserve every bundle, start one actor per bundle, form the process group.
+        Whatever fails, nothing it created is left behind."""
+        if self._pg is not None:
+            raise WorkerGroupError("the worker group is already started")
+        self._check_capacity()
+        try:
+            self._reserve()
+            self._spawn()
+            self._rendezvous()
+        except BaseException:
+            self.shutdown()
+            raise
+        return self
+
+    def shutdown(self) -> None:
+        """Kill every rank actor and free the bundles; safe to call again."""
+        actors, self._actors = self._actors, []
+        pg, self._pg = self._pg, None
+        if not ray.is_initialized():
+            return  # the cluster is gone, and all that was in it
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        if pg is not None:
+            remove_placement_group(pg)
+
+    def __enter__(self) -> WorkerGroup:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
+
+    # -- training -----------------------------------------------------------------
+
+    def start_training(self, config: dict) -> TrainingRun:
+        """Start `train` on every rank and return at once; see `TrainingRun`."""
+        if not self._actors:
+            raise WorkerGroupError("the worker group is not started: call start() first")
+        # Refuse a bad config here, with its own message, before any rank runs it.
+        JobConfig.from_dict(config).validate(self.num_workers)
+        return TrainingRun(self, [actor.train.remote(config) for actor in self._actors])
+
+    def train(self, config: dict) -> list[list[dict]]:
+        """Train to the end; one metrics dict per step, per rank."""
+        return self.start_training(config).wait()
+
+    # -- start, step by step ------------------------------------------------------
+
+    def _check_capacity(self) -> None:
+        """Refuse at once what no amount of waiting can place."""
+        nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+        n, bundle = self.num_workers, self.bundle
+        for key, per_rank in bundle.items():
+            total = sum(node.get(key, 0.0) for node in nodes)
+            largest = max((node.get(key, 0.0) for node in nodes), default=0.0)
+            need = n * per_rank
+            if need > total + _EPS:
+                raise CapacityError(
+                    f"{n} workers x {per_rank:g} {key} need {need:g} {key}, "
+                    f"but the cluster has {total:g} {key} in total"
+                )
+            if per_rank > largest + _EPS:
+                raise CapacityError(
+                    f"one worker needs {per_rank:g} {key}, but the largest node has {largest:g}"
+                )
+            if self.placement_strategy == "STRICT_PACK" and need > largest + _EPS:
+                raise CapacityError(
+                    f"STRICT_PACK puts all {n} workers on one node: they need {need:g} {key}, "
+                    f"but the largest node has {largest:g}"
+                )
+        if self.placement_strategy == "STRICT_SPREAD":
+            hosts = sum(all(node.get(k, 0.0) + _EPS >= v for k, v in bundle.items()) for node in nodes)
+            if n > hosts:
+                raise CapacityError(
+                    f"STRICT_SPREAD puts each of the {n} workers on a node of its own, "
+                    f"but only {hosts} node(s) can hold one"
+                )
+
+    def _reserve(self) -> None:
+        self._pg = placement_group(
+            [self.bundle for _ in range(self.num_workers)],
+            strategy=self.placement_strategy,
+            name=f"{self.name_prefix}-pg" if self.name_prefix else "",
+        )
+        ready, _ = ray.wait([self._pg.ready()], timeout=self.ready_timeout_s)
+        if not ready:
+            raise PlacementTimeoutError(
+                f"{self.num_workers} bundles of {self.bundle} ({self.placement_strategy}) were "
+                f"not free within {self.ready_timeout_s:g}s; free now: {ray.available_resources()}"
+            )
+
+    def _spawn(self) -> None:
+        threads = max(1, int(self.cpus_per_worker))
+        for rank in range(self.num_workers):
+            actor = _RemoteRankActor.options(
+                num_cpus=self.cpus_per_worker,
+                num_gpus=self.gpus_per_worker,
+                max_concurrency=2,  # `progress` answers while `train` runs
+                name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self._pg, placement_group_bundle_index=rank
+                ),
+            ).remote(rank, self.num_workers, threads)
+            self._actors.append(actor)  # one at a time: a failed .remote() leaves the rest killable
+        self.node_infos = self._finish(
+            [actor.node_info.remote() for actor in self._actors],
+            self.ready_timeout_s,
+            "starting the rank actors",
+        )
+
+    def _rendezvous(self) -> None:
+        same_node = len({info["node_id"] for info in self.node_infos}) == 1
+        [self.rendezvous] = self._finish(
+            [self._actors[0].choose_rendezvous.remote(same_node)],
+            self.ready_timeout_s,
+            "choosing the rendezvous",
+        )
+        addr, port = self.rendezvous
+        self.backend = self._finish(
+            [actor.setup.remote(addr, port, self.pg_timeout_s) for actor in self._actors],
+            self.ready_timeout_s + self.pg_timeout_s,
+            "forming the process group",
+        )[0]
+
+    # -- waiting on the ranks -----------------------------------------------------
+
+    def _finish(self, refs: list, timeout_s: float, what: str) -> list:
+        results = self._await(refs, timeout_s)
+        if results is None:
+            raise WorkerGroupError(f"{what} took longer than {timeout_s:g}s")
+        return results
+
+    def _await(self, refs: list, timeout_s: float | None) -> list | None:
+        """The results of one call per rank (refs[i] is rank i's), or None if some
+        are still running after `timeout_s` (None: no limit). The first lost or
+        failed rank raises at once and shuts the group down."""
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        pending = list(refs)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while pending:
+            left = POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return None
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(POLL_S, left))
+            errors = self._collect(done, rank_of, results)
+            if not errors:
+                continue
+            if pending and not any(isinstance(e, RankLostError) for e in errors):
+                # A survivor's "connection reset" can come in before the news of
+                # the death that caused it: give the news a moment to arrive.
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=BLAME_GRACE_S)
+                errors += self._collect(more, rank_of, results)
+            self.shutdown()
+            raise min(errors, key=lambda e: (not isinstance(e, RankLostError), e.rank))
+        return [results[rank] for rank in range(len(refs))]
+
+    def _collect(self, done: list, rank_of: dict, results: dict[int, Any]) -> list[RankError]:
+        """Store the finished calls' results; return the errors of the failed ones."""
+        errors = []
+        for ref in done:
+            rank = rank_of[ref]
+            try:
+                results[rank] = ray.get(ref)
+            except RayError as e:
+                errors.append(self._rank_error(rank, e))
+        return errors
+
+    def _rank_error(self, rank: int, e: RayError) -> RankError:
+        info = self.node_infos[rank] if rank < len(self.node_infos) else None
+        where = f"pid {info['pid']}, node {info['node_ip']}" if info else "not started"
+        if isinstance(e, RayTaskError):
+            cause = e.cause if isinstance(e.cause, BaseException) else None
+            summary = f"{type(cause).__name__}: {cause}" if cause else "remote error"
+            error: RankError = RankFailedError(rank, f"rank {rank} ({where}) failed: {summary}\n{e}")
+        else:  # the actor (its process or its node) died
+            cause_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            error = RankLostError(rank, f"rank {rank} ({where}) was lost: {cause_line}")
+        error.__cause__ = e
+        return error
+
+
+class TrainingRun:
+    """Training in flight on every rank of a group: poll it without blocking."""
+
+    def __init__(self, group: WorkerGroup, refs: list):
+        self._group = group
+        self._refs = refs
+        self._steps: list[dict] = []  # rank 0's metrics fetched so far
+
+    def wait(self, timeout_s: float | None = None) -> list[list[dict]] | None:
+        """Per-rank metrics once every rank is done, or None if still running after
+        `timeout_s`. A lost or failed rank raises `RankLostError` or
+        `RankFailedError` and the group is shut down."""
+        return self._group._await(self._refs, timeout_s)
+
+    def progress(self) -> list[dict]:
+        """Rank 0's metrics so far, one dict per finished step."""
+        rank0 = self._group.actors[:1]
+        if rank0:
+            ref = rank0[0].progress.remote(len(self._steps))
+            new = self._group._await([ref], PROGRESS_TIMEOUT_S)
+            if new:
+                self._steps.extend(new[0])
+        return list(self._steps)

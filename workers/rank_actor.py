@@ -1,0 +1,74 @@
+"""One rank of a job, as a Ray actor: it joins the process group and trains.
+
+Defined as a plain class; `WorkerGroup` wraps it with `ray.remote` and places
+one per bundle. torch and the engine are imported inside the methods, so the
+control plane can import this module without torch. The group creates it with
+`max_concurrency=2`: one thread runs `train` while the other answers
+`progress`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+
+from workers import distributed
+
+
+class RankActor:
+    def __init__(self, rank: int, world_size: int, num_threads: int):
+        self.rank = rank
+        self.world_size = world_size
+        self.num_threads = num_threads
+        # Before torch is imported: its OpenMP pool must not outnumber our CPUs.
+        os.environ["OMP_NUM_THREADS"] = str(num_threads)
+        self._metrics: list[dict] = []
+
+    def node_info(self) -> dict:
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "gpu_ids": ray.get_gpu_ids(),
+        }
+
+    def choose_rendezvous(self, same_node: bool) -> tuple[str, int]:
+        """Rank 0 only: where the others meet it."""
+        # Ray's node IP cannot be moved to loopback; on one node we need not use it.
+        addr = distributed.LOOPBACK if same_node else ray.util.get_node_ip_address()
+        return addr, distributed.free_port(addr)
+
+    def setup(self, addr: str, port: int, timeout_s: float) -> str:
+        """Join the process group; returns the backend (NCCL on a GPU, else gloo)."""
+        import torch
+
+        torch.set_num_threads(self.num_threads)
+        rv = distributed.Rendezvous(
+            master_addr=addr,
+            master_port=port,
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout_s=timeout_s,
+        )
+        return distributed.init_process_group(rv)
+
+    def train(self, config: dict) -> list[dict]:
+        from workers.config import JobConfig
+        from workers.trainer import train_rank
+
+        self._metrics = []
+        return train_rank(JobConfig.from_dict(config), on_step=self._record)
+
+    def _record(self, metrics: dict) -> None:
+        self._metrics.append(metrics)
+
+    def progress(self, since: int = 0) -> list[dict]:
+        """The steps recorded so far by the running (or last) `train`, from `since` on."""
+        return self._metrics[since:]
+
+    def teardown(self) -> None:
+        distributed.destroy_process_group()
+
+    def pid(self) -> int:
+        return os.getpid()
