@@ -14,3 +14,7 @@ class CheckpointExistsError(CheckpointError):
 class CheckpointInvalid(CheckpointError):
     """A step that is not committed: no manifest, a bad signature, or files that
     do not match their manifest. The message is the reason."""
+
+
+class TornCheckpoint(CheckpointInvalid):
+    """No manifest, or one cut short: a save that never finished."""

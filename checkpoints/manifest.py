@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from checkpoints.errors import CheckpointInvalid
+from checkpoints.errors import CheckpointInvalid, TornCheckpoint
 
 FORMAT_VERSION = 1
 _HMAC_KEY = "hmac"
@@ -60,7 +60,7 @@ class Manifest:
         try:
             raw = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointInvalid(f"manifest is not valid JSON ({exc})") from None
+            raise TornCheckpoint(f"manifest is not valid JSON ({exc})") from None
         if not isinstance(raw, dict) or not isinstance(raw.get(_HMAC_KEY), str):
             raise CheckpointInvalid("manifest has no signature")
         claimed = raw.pop(_HMAC_KEY)

@@ -213,7 +213,9 @@ class JobConfig:
                     f"{f.name}: unknown field(s) {', '.join(sorted(bad))} "
                     f"(known: {', '.join(sorted(known))})"
                 )
-            built[f.name] = section_cls(**values)
+            built[f.name] = section_cls(
+                **{k: _coerce(f"{f.name}.{k}", _FIELD_TYPES[section_cls][k], v) for k, v in values.items()}
+            )
         return cls(**built)
 
     def config_hash(self) -> str:
@@ -229,6 +231,44 @@ _SECTION_TYPES = {
     "optim": OptimConfig,
     "train": TrainConfig,
 }
+
+
+_FIELD_TYPES = {
+    section: {f.name: f.type for f in dataclasses.fields(section)} for section in _SECTION_TYPES.values()
+}
+
+
+def _coerce(where: str, annotation: str, value: Any) -> Any:
+    """Check a value against its field's annotation (a string under
+    `from __future__ import annotations`); numbers given as text are parsed."""
+    optional = annotation.endswith("| None")
+    base = annotation.removesuffix("| None").strip()
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where}: a value is required")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif base == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif base == "str":
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{where}: expected {annotation}, got {value!r}")
 
 
 def _smallest_prime_factor(n: int) -> int:

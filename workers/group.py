@@ -153,7 +153,7 @@ class WorkerGroup:
             need = n * per_rank
             if need > total + _EPS:
                 raise CapacityError(
-                    f"{n} workers x {per_rank:g} {key} need {need:g} {key}, "
+                    f"{n} worker{'s' * (n != 1)} x {per_rank:g} {key} need {need:g} {key}, "
                     f"but the cluster has {total:g} {key} in total"
                 )
             if per_rank > largest + _EPS:

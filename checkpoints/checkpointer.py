@@ -1,0 +1,270 @@
+"""Collective save and load of sharded state through DCP and fsspec.
+
+Every rank calls every public method, in the same order. A save:
+
+1. rank 0 checks the step directory is fresh and snapshots `extra` (all ranks
+   learn the outcome: one refusal raises everywhere);
+2. DCP writes each rank's shards and rank 0's `.metadata` (`dcp.save`, or
+   `dcp.async_save` on a thread while training goes on);
+3. each rank hashes its own files; the digests are gathered;
+4. rank 0 hashes `.metadata` and writes the signed manifest, last: the commit;
+   then retention and the clean-up of torn steps older than it.
+
+Steps 2-4 of an async save run on a background thread, on the checkpointer's
+own gloo group; at most one save is in flight, and its error is raised by
+`wait()` or by the next call. A load verifies the candidate step's signature
+(rank 0) and every file's checksum (the files shared out among the ranks)
+before DCP reads anything: DCP's `.metadata` is a pickle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.metadata import Metadata
+
+from checkpoints import layout
+from checkpoints.collective import CheckpointGroup
+from checkpoints.errors import CheckpointError, CheckpointInvalid
+from checkpoints.manifest import FileEntry, Manifest, snapshot_extra, utc_now
+from checkpoints.store import CheckpointStore, Rejection
+
+logger = logging.getLogger(__name__)
+
+StateDict = dict[str, Any]  # DCP's: tensors, DTensors, Stateful objects, plain values
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a load restored, and the newer steps it passed over (with why)."""
+
+    manifest: Manifest
+    skipped: list[Rejection] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return self.manifest.step
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return self.manifest.extra
+
+
+class Checkpointer:
+    """Saves and loads one job's checkpoints from every rank of its process group.
+
+    Constructing it is collective (it makes the checkpoint process group).
+    `keep_last` committed steps are kept after each commit (None keeps all).
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        keep_last: int | None = 3,
+        timeout_s: float = 1800.0,
+    ) -> None:
+        if keep_last is not None and keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
+        self.store = store
+        self.keep_last = keep_last
+        self.group = CheckpointGroup(timeout_s=timeout_s)
+        self._in_flight: tuple[int, Future[Manifest]] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- save ------------------------------------------------------------------
+
+    def save(self, step: int, state_dict: StateDict, *, extra: dict[str, Any] | None = None) -> Manifest:
+        """Save and commit `step`; returns its manifest. Rank 0's `extra` is recorded."""
+        self.wait()
+        extra = self._prepare(step, extra)
+        return self._write_and_commit(step, extra, lambda: dcp.save(state_dict, **self._dcp_args(step)))
+
+    def async_save(self, step: int, state_dict: StateDict, *, extra: dict[str, Any] | None = None) -> None:
+        """Start saving `step` and return once the state is staged (copied):
+        training may then change it. Waits for the previous save first."""
+        self.wait()
+        extra = self._prepare(step, extra)
+        upload = dcp.async_save(state_dict, **self._dcp_args(step))
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-commit")
+        commit = self._executor.submit(self._write_and_commit, step, extra, upload.result)
+        self._in_flight = (step, commit)
+
+    @property
+    def in_flight(self) -> int | None:
+        """The step of the save in flight, if any."""
+        return self._in_flight[0] if self._in_flight else None
+
+    def wait(self) -> Manifest | None:
+        """Block until the save in flight has committed; returns its manifest
+        (None if there was none), or raises its error on every rank."""
+        if self._in_flight is None:
+            return None
+        _, commit = self._in_flight
+        self._in_flight = None
+        return commit.result()
+
+    # -- load ------------------------------------------------------------------
+
+    def load(self, state_dict: StateDict, *, step: int | None = None) -> LoadResult | None:
+        """Load the newest committed step that verifies (or `step`) into
+        `state_dict`, built at the current world size (DCP reshards). Steps that
+        do not verify are logged and passed over; a named one raises instead.
+        Returns None when there is no committed step at all."""
+        self.wait()
+        committed, rejected = self.group.agree(
+            "listing checkpoints", lambda: self._candidates(step), rank0_only=True
+        )[0]
+        skipped = list(rejected)
+        loaded = None
+        for manifest in reversed(committed):
+            reasons = self._verify_shared_out(manifest)
+            if reasons:
+                skipped.append(Rejection(manifest.step, "; ".join(reasons)))
+                continue
+            self.group.agree(
+                f"loading step {manifest.step}",
+                lambda: dcp.load(state_dict, storage_reader=self._reader(manifest.step), **self._dist_args()),
+            )
+            loaded = manifest
+            break
+        passed_over = sorted(
+            (r for r in skipped if loaded is None or r.step > loaded.step), key=lambda r: r.step
+        )
+        self._log_passed_over(passed_over)
+        if loaded is None and step is not None:
+            raise CheckpointInvalid("; ".join(r.reason for r in skipped) or f"step {step} not found")
+        return None if loaded is None else LoadResult(loaded, passed_over)
+
+    def resume(self, state_dict: StateDict) -> LoadResult | None:
+        """What a job does at start: load the newest step that verifies, then
+        delete the steps after it (torn or corrupt: a dead branch a later save
+        would collide with) and older torn ones. None on a fresh start."""
+        result = self.load(state_dict)
+
+        def tidy() -> None:
+            if result is None:
+                self.store.cleanup_uncommitted(including_newer=True)
+            else:
+                self.store.discard_newer_than(result.step)
+                self.store.cleanup_uncommitted()
+
+        self.group.agree("cleaning up at resume", tidy, rank0_only=True)
+        return result
+
+    # -- housekeeping (collective; rank 0 does the I/O) ------------------------
+
+    def cleanup_uncommitted(self, *, including_newer: bool = False) -> list[int]:
+        """Delete torn steps (see `CheckpointStore.cleanup_uncommitted`).
+        `including_newer=True` only where no rank can be writing: at start."""
+        self.wait()
+        return self.group.agree(
+            "cleaning up uncommitted steps",
+            lambda: self.store.cleanup_uncommitted(including_newer=including_newer),
+            rank0_only=True,
+        )[0]
+
+    def close(self) -> None:
+        """Wait for the save in flight, then release the checkpoint group."""
+        try:
+            self.wait()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown()
+            self.group.close()
+
+    # -- internals -------------------------------------------------------------
+
+    def _prepare(self, step: int, extra: dict[str, Any] | None) -> dict[str, Any]:
+        def check() -> dict[str, Any]:
+            layout.validate_step(step)
+            self.store.ensure_fresh(step)
+            return snapshot_extra(extra)
+
+        return self.group.agree(f"saving step {step}", check, rank0_only=True)[0]
+
+    def _write_and_commit(
+        self, step: int, extra: dict[str, Any], write: Callable[[], Metadata]
+    ) -> Manifest:
+        # The DCP write and the hashing of this rank's own files.
+        def write_and_hash() -> dict[str, FileEntry]:
+            metadata = write()
+            names = {info.relative_path for info in metadata.storage_data.values()}
+            written_by_all.update(names)
+            own = sorted(n for n in names if n.startswith(layout.rank_file_prefix(self.group.rank)))
+            return self.store.hash_files(step, own)
+
+        written_by_all: set[str] = set()  # DCP's global metadata names every rank's files
+        per_rank = self.group.agree(f"writing step {step}", write_and_hash)
+
+        def commit() -> Manifest:
+            files = {name: entry for digests in per_rank for name, entry in digests.items()}
+            if written_by_all - files.keys():
+                raise CheckpointError(f"no rank hashed {sorted(written_by_all - files.keys())}")
+            files.update(self.store.hash_files(step, [layout.DCP_METADATA_NAME]))
+            manifest = Manifest(
+                tenant=self.store.tenant,
+                job=self.store.job,
+                step=step,
+                world_size=self.group.world_size,
+                created_at=utc_now(),
+                files=files,
+                extra=extra,
+            )
+            self.store.commit(manifest)
+            self._tidy_after_commit()
+            return manifest
+
+        return self.group.agree(f"committing step {step}", commit, rank0_only=True)[0]
+
+    def _tidy_after_commit(self) -> None:
+        # The step is committed: a failure here must not fail the save.
+        try:
+            if self.keep_last is not None:
+                self.store.retain(self.keep_last)
+            self.store.cleanup_uncommitted()
+        except Exception:
+            logger.exception("%s/%s: retention or clean-up after a commit failed", self.store.tenant, self.store.job)
+
+    def _candidates(self, step: int | None) -> tuple[list[Manifest], list[Rejection]]:
+        if step is None:
+            return self.store.scan()
+        try:
+            return [self.store.read_manifest(step)], []
+        except CheckpointInvalid as exc:
+            return [], [Rejection(step, str(exc))]
+
+    def _verify_shared_out(self, manifest: Manifest) -> list[str]:
+        """Every file's checksum, each rank hashing its share; all ranks get
+        every reason, so they all take the same decision."""
+        names = sorted(manifest.files)[self.group.rank :: self.group.world_size]
+        per_rank = self.group.agree(
+            f"verifying step {manifest.step}", lambda: self.store.verify_files(manifest, names)
+        )
+        return [reason for reasons in per_rank for reason in reasons]
+
+    def _log_passed_over(self, rejections: list[Rejection]) -> None:
+        if self.group.rank != 0:
+            return
+        for rejection in rejections:
+            logger.warning(
+                "%s/%s: not loading step %d: %s",
+                self.store.tenant, self.store.job, rejection.step, rejection.reason,
+            )
+
+    def _dist_args(self) -> dict[str, Any]:
+        return {"process_group": self.group.pg, "no_dist": not self.group.distributed}
+
+    def _dcp_args(self, step: int) -> dict[str, Any]:
+        writer = FsspecWriter(self.store.step_uri(step), overwrite=False, **self.store.storage_options)
+        return {"storage_writer": writer, **self._dist_args()}
+
+    def _reader(self, step: int) -> FsspecReader:
+        return FsspecReader(self.store.step_uri(step), **self.store.storage_options)

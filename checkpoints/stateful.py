@@ -1,0 +1,33 @@
+"""A model and its optimizer as one DCP `Stateful`, keyed by parameter name.
+
+`get_state_dict` keys the optimizer state by parameter FQN (not by position)
+and yields the local shards as DTensors, which is what lets a load reshard
+to another world size. On a freshly built optimizer it first creates the
+state (a zero-gradient step at lr 0), so a load has tensors to fill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
+
+
+class ModelAndOptimizer(Stateful):
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model = model
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optim": optim_state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optim"],
+        )

@@ -1,0 +1,39 @@
+"""The primer's per-step communication formulas, as the engine reports them."""
+
+import pytest
+
+from workers.comm import comm_theory_bytes
+from workers.trainer import lr_at
+from workers.config import OptimConfig
+
+S = 1_000_000
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_fsdp_and_ddp_formulas(n):
+    assert comm_theory_bytes("full_shard", (n,), S, S) == pytest.approx(3 * (n - 1) / n * S)
+    assert comm_theory_bytes("shard_grad_op", (n,), S, S) == pytest.approx(2 * (n - 1) / n * S)
+    assert comm_theory_bytes("no_shard", (n, 1), S, S) == pytest.approx(2 * (n - 1) / n * S)
+
+
+def test_hybrid_is_sharded_gathers_plus_a_replicated_all_reduce_of_the_shard():
+    # (2 replicas x 2 shards): 3 x 1/2 x S within the group + 2 x 1/2 x S/2 across.
+    assert comm_theory_bytes("hybrid_shard", (2, 2), S, S) == pytest.approx(1.5 * S + 0.5 * S)
+
+
+def test_mixed_precision_and_accumulation():
+    # bf16 gathers, fp32 reduce; two micro-steps gather twice as often.
+    got = comm_theory_bytes("full_shard", (2,), S // 2, S, micro_steps=2)
+    assert got == pytest.approx(4 * 0.5 * S / 2 + 0.5 * S)
+
+
+def test_world_of_one_moves_nothing():
+    assert comm_theory_bytes("full_shard", (1,), S, S) == 0
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    cfg = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    lrs = [lr_at(s, 20, cfg) for s in range(20)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+    assert lr_at(20, 20, cfg) == pytest.approx(0.1)
