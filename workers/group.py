@@ -13,6 +13,7 @@ timeout, so they are killed rather than joined.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -37,6 +38,7 @@ POLL_S = 0.5  # how often a wait looks at its ranks
 BLAME_GRACE_S = 3.0  # once a rank raises, how long to look for a lost rank that made it raise
 PROGRESS_TIMEOUT_S = 30.0
 _EPS = 1e-6  # Ray counts resources in units of 1e-4
+_ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the remote function's name
 
 _RemoteRankActor = ray.remote(RankActor)
 
@@ -266,13 +268,13 @@ class WorkerGroup:
     def _rank_error(self, rank: int, e: RayError) -> RankError:
         info = self.node_infos[rank] if rank < len(self.node_infos) else None
         where = f"pid {info['pid']}, node {info['node_ip']}" if info else "not started"
-        if isinstance(e, RayTaskError):
-            cause = e.cause if isinstance(e.cause, BaseException) else None
-            summary = f"{type(cause).__name__}: {cause}" if cause else "remote error"
-            error: RankError = RankFailedError(rank, f"rank {rank} ({where}) failed: {summary}\n{e}")
-        else:  # the actor (its process or its node) died
-            cause_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            error = RankLostError(rank, f"rank {rank} ({where}) was lost: {cause_line}")
+        text = _ANSI_COLOR.sub("", str(e)).strip()
+        if isinstance(e, RayTaskError):  # the rank's code raised: the summary, then its traceback
+            summary = f"{type(e.cause).__name__}: {e.cause}"
+            error: RankError = RankFailedError(rank, f"rank {rank} ({where}) failed: {summary}\n{text}")
+        else:  # the actor (its process or its node) died; tab-indented lines are ids
+            reason = " ".join(line for line in text.splitlines() if line and line[0] != "\t")
+            error = RankLostError(rank, f"rank {rank} ({where}) was lost: {reason or type(e).__name__}")
         error.__cause__ = e
         return error
 

@@ -9,14 +9,12 @@ in os.environ, which spawned processes inherit.
 from __future__ import annotations
 
 import os
-import socket
 import uuid
-from datetime import timedelta
 
 import fsspec
 import pytest
+from ckpt_harness import SECRET, init_single_rank
 
-SECRET = b"brigade-test-secret"
 S3_BUCKET = "brigade-ckpt"
 _S3_ENV = {
     "AWS_ACCESS_KEY_ID": "test",
@@ -80,11 +78,11 @@ def gloo_group():
     """A one-rank gloo default process group, for the code paths that need one."""
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, timeout=timedelta(seconds=30)
-    )
+    init_single_rank()
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture
+def secret():
+    return SECRET
