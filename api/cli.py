@@ -35,8 +35,7 @@ def _connect(address: str | None, num_cpus: int | None) -> None:
         ray.init(address=address)
     else:
         # A cluster of our own on this machine; Ray keeps its token auth on.
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
 
 
 def _run(config: dict, workers: int, cpus_per_worker: float, pretty: bool) -> int:

@@ -168,7 +168,8 @@ class WorkerGroup:
                     f"but the largest node has {largest:g}"
                 )
         if self.placement_strategy == "STRICT_SPREAD":
-            hosts = sum(all(node.get(k, 0.0) + _EPS >= v for k, v in bundle.items()) for node in nodes)
+            fits = [all(node.get(k, 0.0) + _EPS >= v for k, v in bundle.items()) for node in nodes]
+            hosts = sum(fits)
             if n > hosts:
                 raise CapacityError(
                     f"STRICT_SPREAD puts each of the {n} workers on a node of its own, "
@@ -238,21 +239,27 @@ class WorkerGroup:
         pending = list(refs)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
-            left = POLL_S if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                return None
+            left = POLL_S if deadline is None else max(0.0, deadline - time.monotonic())
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(POLL_S, left))
             errors = self._collect(done, rank_of, results)
-            if not errors:
-                continue
-            if pending and not any(isinstance(e, RankLostError) for e in errors):
-                # A survivor's "connection reset" can come in before the news of
-                # the death that caused it: give the news a moment to arrive.
-                more, pending = ray.wait(pending, num_returns=len(pending), timeout=BLAME_GRACE_S)
-                errors += self._collect(more, rank_of, results)
-            self.shutdown()
-            raise min(errors, key=lambda e: (not isinstance(e, RankLostError), e.rank))
+            if errors:
+                culprit = self._blame(errors, pending, rank_of, results)
+                self.shutdown()  # survivors may sit in a collective: kill, do not join
+                raise culprit
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                return None
         return [results[rank] for rank in range(len(refs))]
+
+    def _blame(
+        self, errors: list[RankError], pending: list, rank_of: dict, results: dict
+    ) -> RankError:
+        """The error to report: a lost rank before a failed one, then the lowest rank."""
+        if pending and not any(isinstance(e, RankLostError) for e in errors):
+            # A survivor's "connection reset" can come in before the news of the
+            # death that caused it: give the news a moment to arrive.
+            more, _ = ray.wait(pending, num_returns=len(pending), timeout=BLAME_GRACE_S)
+            errors = errors + self._collect(more, rank_of, results)
+        return min(errors, key=lambda e: (not isinstance(e, RankLostError), e.rank))
 
     def _collect(self, done: list, rank_of: dict, results: dict[int, Any]) -> list[RankError]:
         """Store the finished calls' results; return the errors of the failed ones."""
@@ -271,10 +278,12 @@ class WorkerGroup:
         text = _ANSI_COLOR.sub("", str(e)).strip()
         if isinstance(e, RayTaskError):  # the rank's code raised: the summary, then its traceback
             summary = f"{type(e.cause).__name__}: {e.cause}"
-            error: RankError = RankFailedError(rank, f"rank {rank} ({where}) failed: {summary}\n{text}")
+            message = f"rank {rank} ({where}) failed: {summary}\n{text}"
+            error: RankError = RankFailedError(rank, message)
         else:  # the actor (its process or its node) died; tab-indented lines are ids
-            reason = " ".join(line for line in text.splitlines() if line and line[0] != "\t")
-            error = RankLostError(rank, f"rank {rank} ({where}) was lost: {reason or type(e).__name__}")
+            lines = [line for line in text.splitlines() if line and line[0] != "\t"]
+            reason = " ".join(lines) or type(e).__name__
+            error = RankLostError(rank, f"rank {rank} ({where}) was lost: {reason}")
         error.__cause__ = e
         return error
 

@@ -141,6 +141,7 @@ def test_lost_rank_mid_training_is_named_within_a_minute(kill, rank):
     pids = [info["pid"] for info in group.node_infos]
     run = group.start_training(tiny_job(steps=100_000))  # would run for hours
     assert wait_until(lambda: len(run.progress()) >= 1, 120), "training never made a step"
+    assert run.wait(timeout_s=0) is None  # a poll: still running
 
     kill(group, rank)
     start = time.monotonic()
