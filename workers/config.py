@@ -176,12 +176,42 @@ class TrainConfig:
 
 
 @dataclass(kw_only=True)
+class CheckpointConfig:
+    interval_steps: int = 0  # save every this many steps; 0: only when asked to stop
+    keep_last: int = 3  # committed checkpoints kept per job
+    async_save: bool = True  # train on while shards are written
+
+    def validate(self) -> None:
+        if self.interval_steps < 0:
+            raise ConfigError(f"checkpoint.interval_steps must be >= 0, got {self.interval_steps}")
+        if self.keep_last < 1:
+            raise ConfigError(f"checkpoint.keep_last must be >= 1, got {self.keep_last}")
+
+
+@dataclass(kw_only=True)
+class CheckpointTarget:
+    """Where a job's checkpoints live: chosen by the platform, never by the job
+    (so not part of JobConfig, nor of its hash). `secret` signs manifests."""
+
+    root: str
+    tenant: str
+    job: str
+    secret: str
+    storage_options: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CheckpointTarget:
+        return cls(**raw)
+
+
+@dataclass(kw_only=True)
 class JobConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def validate(self, world_size: int) -> JobConfig:
         self.model.validate()
@@ -189,6 +219,7 @@ class JobConfig:
         self.sharding.validate(self.model, world_size)
         self.optim.validate()
         self.train.validate(world_size)
+        self.checkpoint.validate()
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,8 +250,10 @@ class JobConfig:
         return cls(**built)
 
     def config_hash(self) -> str:
-        """Stable hash of what determines the loss curve (not the world size)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        """Stable hash of what determines the loss curve (not the world size,
+        not the checkpoint policy)."""
+        curve = {k: v for k, v in self.to_dict().items() if k != "checkpoint"}
+        blob = json.dumps(curve, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
 
@@ -230,6 +263,7 @@ _SECTION_TYPES = {
     "sharding": ShardingConfig,
     "optim": OptimConfig,
     "train": TrainConfig,
+    "checkpoint": CheckpointConfig,
 }
 
 

@@ -131,17 +131,33 @@ class WorkerGroup:
 
     # -- training -----------------------------------------------------------------
 
-    def start_training(self, config: dict) -> TrainingRun:
-        """Start `train` on every rank and return at once; see `TrainingRun`."""
+    def start_training(
+        self, config: dict, *, checkpoint: dict | None = None, stop_after: int | None = None
+    ) -> TrainingRun:
+        """Start `train` on every rank and return at once; see `TrainingRun`.
+        `checkpoint` (a `CheckpointTarget` as a dict) makes the ranks resume
+        from its latest committed step and save there; `stop_after` ends this
+        run at that step, checkpointed."""
         if not self._actors:
             raise WorkerGroupError("the worker group is not started: call start() first")
         # Refuse a bad config here, with its own message, before any rank runs it.
         JobConfig.from_dict(config).validate(self.num_workers)
-        return TrainingRun(self, [actor.train.remote(config) for actor in self._actors])
+        return TrainingRun(
+            self, [actor.train.remote(config, checkpoint, stop_after) for actor in self._actors]
+        )
 
-    def train(self, config: dict) -> list[list[dict]]:
-        """Train to the end; one metrics dict per step, per rank."""
-        return self.start_training(config).wait()
+    def train(
+        self, config: dict, *, checkpoint: dict | None = None, stop_after: int | None = None
+    ) -> list[list[dict]]:
+        """Train to the end (or `stop_after`); one metrics dict per step, per rank."""
+        return self.start_training(config, checkpoint=checkpoint, stop_after=stop_after).wait()
+
+    def call(self, method: str, *args, timeout_s: float = PROGRESS_TIMEOUT_S) -> list:
+        """Call a (collective) rank-actor method on every rank; results by rank."""
+        if not self._actors:
+            raise WorkerGroupError("the worker group is not started: call start() first")
+        refs = [getattr(actor, method).remote(*args) for actor in self._actors]
+        return self._finish(refs, timeout_s, method)
 
     # -- start, step by step ------------------------------------------------------
 

@@ -53,12 +53,22 @@ class RankActor:
         )
         return distributed.init_process_group(rv)
 
-    def train(self, config: dict) -> list[dict]:
-        from workers.config import JobConfig
-        from workers.trainer import train_rank
+    def train(
+        self, config: dict, checkpoint: dict | None = None, stop_after: int | None = None
+    ) -> list[dict]:
+        """Train to the end of the job or `stop_after`, resuming from the
+        checkpoint target's latest committed step when one is given."""
+        from workers.config import CheckpointTarget, JobConfig
+        from workers.trainer import Trainer
 
         self._metrics = []
-        return train_rank(JobConfig.from_dict(config), on_step=self._record)
+        target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
+        self._trainer = Trainer(JobConfig.from_dict(config), target)
+        return self._trainer.run(self._record, stop_after)
+
+    def state_digests(self) -> dict[str, str]:
+        """Digests of the last trainer's full state (collective: all ranks at once)."""
+        return self._trainer.state_digests()
 
     def _record(self, metrics: dict) -> None:
         self._metrics.append(metrics)

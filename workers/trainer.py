@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from workers.comm import CommCounter, comm_theory_bytes
-from workers.config import JobConfig, OptimConfig
+from workers.config import CheckpointTarget, JobConfig, OptimConfig
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
@@ -48,7 +48,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Opt
 class Trainer:
     """One rank's model, optimizer and data, and the step that advances them."""
 
-    def __init__(self, config: JobConfig):
+    def __init__(self, config: JobConfig, checkpoint: CheckpointTarget | None = None):
         self.config = config
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         config.validate(self.world_size)
@@ -71,6 +71,14 @@ class Trainer:
         self.comm = CommCounter.install()
         self.memory = PeakMemory(self.device)
         self._theory = self._comm_theory()
+        self.checkpoints = None
+        self.resumed_from: int | None = None
+        if checkpoint is not None:
+            from workers.checkpointing import TrainerCheckpoints
+
+            self.checkpoints = TrainerCheckpoints(checkpoint, config.checkpoint)
+            loaded = self.checkpoints.resume(self)
+            self.resumed_from = None if loaded is None else loaded.step
 
     def _comm_theory(self) -> float:
         sh = self.config.sharding
@@ -129,16 +137,65 @@ class Trainer:
     def _shard_degree(self) -> int:
         return self.config.sharding.mesh_shape(self.world_size)[-1]
 
-    def run(self, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+    def run(
+        self, on_step: Callable[[dict], None] | None = None, stop_after: int | None = None
+    ) -> list[dict]:
+        """Step to the end of the job, or to `stop_after` (then checkpoint, so
+        a later run resumes there). Saves every `checkpoint.interval_steps`
+        and at the end; returns this run's metrics."""
+        end = self.config.train.steps
+        stop = end if stop_after is None else min(stop_after, end)
         history = []
-        while self.step < self.config.train.steps:
-            metrics = self.train_step().as_dict()
-            history.append(metrics)
-            if on_step is not None:
-                on_step(metrics)
+        try:
+            while self.step < stop:
+                metrics = self.train_step().as_dict()
+                # Checkpoint on the interval, and where this run stops short of
+                # the end (or ends, on an interval policy): a blocking save then.
+                final = self.step == stop and (
+                    stop < end or self.config.checkpoint.interval_steps > 0
+                )
+                if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
+                    metrics["checkpoint_stall_s"] = self.checkpoints.save(self, blocking=final)
+                    metrics["checkpoint_step"] = self.step
+                history.append(metrics)
+                if on_step is not None:
+                    on_step(metrics)
+        finally:
+            if self.checkpoints is not None:
+                self.checkpoints.close()
         return history
 
+    def state_digests(self) -> dict[str, str]:
+        """sha256 of every full model and optimizer tensor (collective: the
+        shards are gathered): equal digests mean bitwise-equal state."""
+        import hashlib
 
-def train_rank(config: JobConfig, *, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-    """Train this rank to the end of the job; the process group must exist."""
-    return Trainer(config).run(on_step)
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.tensor import DTensor
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        flat = {f"model.{k}": v for k, v in model_state.items()}
+        for fqn, per_param in optim_state.get("state", {}).items():
+            flat.update({f"optim.{fqn}.{k}": v for k, v in per_param.items()})
+        digests = {}
+        for key in sorted(flat):
+            value = flat[key]
+            if isinstance(value, DTensor):
+                value = value.full_tensor()
+            if isinstance(value, torch.Tensor):
+                blob = value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
+                digests[key] = hashlib.sha256(blob).hexdigest()
+        return digests
+
+
+def train_rank(
+    config: JobConfig,
+    *,
+    on_step: Callable[[dict], None] | None = None,
+    checkpoint: CheckpointTarget | None = None,
+    stop_after: int | None = None,
+) -> list[dict]:
+    """Train this rank to the end of the job (or `stop_after`), resuming from
+    the latest committed checkpoint when a target is given; the process group
+    must exist."""
+    return Trainer(config, checkpoint).run(on_step, stop_after)

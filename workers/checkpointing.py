@@ -1,0 +1,96 @@
+"""The engine's side of checkpoints: what a rank's state is, and restoring it.
+
+The model and optimizer go through DCP (sharded, resharded at load); the rest
+of what makes a resumed run continue the same curve — the step, the data
+cursor, the RNG — rides in the signed manifest's `extra`, with what the run
+looked like (world size, strategy, mesh, config hash) for the listing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from checkpoints import CheckpointStore, decode_bytes, encode_bytes
+from checkpoints.checkpointer import Checkpointer, LoadResult
+from checkpoints.stateful import ModelAndOptimizer
+from workers.config import CheckpointConfig, CheckpointTarget
+
+if TYPE_CHECKING:
+    from workers.trainer import Trainer
+
+logger = logging.getLogger(__name__)
+
+
+class TrainerCheckpoints:
+    """Saves and restores one rank's `Trainer`; every rank calls every method."""
+
+    def __init__(self, target: CheckpointTarget, policy: CheckpointConfig, timeout_s: float = 600.0):
+        self.policy = policy
+        store = CheckpointStore(
+            target.root,
+            tenant=target.tenant,
+            job=target.job,
+            secret=target.secret.encode(),
+            storage_options=target.storage_options,
+        )
+        self.checkpointer = Checkpointer(store, keep_last=policy.keep_last, timeout_s=timeout_s)
+        self.last_saved: int | None = None
+
+    def resume(self, trainer: Trainer) -> LoadResult | None:
+        """Load the newest committed step that verifies into `trainer`, at its
+        current world size and sharding; None on a fresh start."""
+        result = self.checkpointer.resume({"app": ModelAndOptimizer(trainer.model, trainer.optimizer)})
+        if result is not None:
+            restore_extra(trainer, result.extra)
+            self.last_saved = result.step
+            for skipped in result.skipped:
+                logger.warning("checkpoint step %d passed over: %s", skipped.step, skipped.reason)
+        return result
+
+    def due(self, step: int) -> bool:
+        every = self.policy.interval_steps
+        return every > 0 and step % every == 0 and step != self.last_saved
+
+    def save(self, trainer: Trainer, *, blocking: bool) -> float:
+        """Save `trainer`'s current step; returns how long training was held."""
+        start = time.perf_counter()
+        state = {"app": ModelAndOptimizer(trainer.model, trainer.optimizer)}
+        if blocking or not self.policy.async_save:
+            self.checkpointer.save(trainer.step, state, extra=extra_state(trainer))
+        else:
+            self.checkpointer.async_save(trainer.step, state, extra=extra_state(trainer))
+        self.last_saved = trainer.step
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        """Wait for the save in flight to commit, then release the group."""
+        self.checkpointer.close()
+
+
+def extra_state(trainer: Trainer) -> dict:
+    cfg = trainer.config
+    return {
+        "step": trainer.step,
+        "data": trainer.batches.state_dict(),
+        "rng": encode_bytes(torch.get_rng_state().numpy().tobytes()),
+        "world_size": trainer.world_size,
+        "sharding": cfg.sharding.strategy,
+        "mesh": list(cfg.sharding.mesh_shape(trainer.world_size)),
+        "config_hash": cfg.config_hash(),
+    }
+
+
+def restore_extra(trainer: Trainer, extra: dict) -> None:
+    if extra["config_hash"] != trainer.config.config_hash():
+        logger.warning(
+            "resuming step %d saved by a different job config (hash %s, now %s)",
+            extra["step"], extra["config_hash"][:12], trainer.config.config_hash()[:12],
+        )
+    trainer.step = int(extra["step"])
+    trainer.batches.load_state_dict(extra["data"])
+    rng = torch.frombuffer(bytearray(decode_bytes(extra["rng"])), dtype=torch.uint8)
+    torch.set_rng_state(rng)
