@@ -63,3 +63,37 @@ def test_resume_at_other_world_sizes_follows_the_same_curve(storage):
             resumed = group.train(JOB, checkpoint=jobs[n])[0]
         assert [m["step"] for m in resumed] == list(range(11, 31)), n
         assert losses(resumed) == pytest.approx(losses(straight[10:]), rel=1e-4)
+
+
+def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_never_loaded(tmp_path):
+    import os
+    import signal
+    import time
+
+    from checkpoints import CheckpointStore
+    from workers.errors import RankLostError
+
+    root = f"file://{tmp_path}/store"
+    job_target = target((root, {}), "killed")
+    # A model big enough (~3M params, ~40 MB with Adam) that a save takes a while.
+    job = JOB | {"model": {"n_layers": 4, "d_model": 256, "n_heads": 4, "seq_len": 32}}
+    store = CheckpointStore(root, tenant="acme", job="killed", secret=SECRET.encode())
+    step20 = tmp_path / "store/tenants/acme/jobs/killed/checkpoints/step-000000020"
+
+    with WorkerGroup(2) as group:
+        run = group.start_training(job, checkpoint=job_target)
+        deadline = time.monotonic() + 120
+        while not step20.exists():  # the save of step 20 has begun
+            assert time.monotonic() < deadline, "step 20 was never written"
+            time.sleep(0.002)
+        os.kill(group.node_infos[1]["pid"], signal.SIGKILL)
+        with pytest.raises(RankLostError, match="rank 1"):
+            run.wait(timeout_s=60)
+
+    assert step20.exists() and not (step20 / "manifest.json").exists(), "the kill came too late"
+    assert [c.step for c in store.list_committed()] == [10]
+    with WorkerGroup(2) as group:
+        assert group.train(job, checkpoint=job_target, stop_after=10) == [[], []]
+        assert not step20.exists()  # the torn step is cleaned up at resume
+        resumed = group.train(job, checkpoint=job_target)[0]
+    assert [m["step"] for m in resumed] == list(range(11, 31))
