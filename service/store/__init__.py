@@ -1,0 +1,15 @@
+"""The durable job store (SQLAlchemy; SQLite by default, Postgres by URL)."""
+
+from service.store.errors import ConcurrentUpdate, JobNotFound, UnexpectedState
+from service.store.records import EventRecord, JobRecord, LogRecord
+from service.store.store import JobStore
+
+__all__ = [
+    "ConcurrentUpdate",
+    "EventRecord",
+    "JobNotFound",
+    "JobRecord",
+    "JobStore",
+    "LogRecord",
+    "UnexpectedState",
+]

@@ -1,0 +1,36 @@
+"""What the job store raises besides `service.states.IllegalTransition`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from service.states import IllegalTransition, JobState
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        super().__init__(f"no job {job_id}")
+
+
+class UnexpectedState(IllegalTransition):
+    """The caller expected the job in one of some states and it was not (it
+    moved on, e.g. was cancelled meanwhile). A refused transition, so an
+    `except IllegalTransition` catches it too."""
+
+    def __init__(self, job_id: str, current: JobState, target: JobState,
+                 expected: Iterable[JobState]):
+        super().__init__(job_id, current, target)
+        self.expected = frozenset(expected)
+        wanted = ", ".join(sorted(s.value for s in self.expected))
+        self.args = (
+            f"job {job_id} is {current.value}, not {wanted}: will not move it to {target.value}",
+        )
+
+
+class ConcurrentUpdate(RuntimeError):
+    """A transition lost its compare-and-set to other writers too many times in a row."""
+
+    def __init__(self, job_id: str, tries: int):
+        self.job_id = job_id
+        super().__init__(f"job {job_id} kept changing underneath; gave up after {tries} tries")

@@ -1,0 +1,172 @@
+"""The job store's tables. The migrations in `migrations/versions/` must build
+exactly this schema (tests compare them)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+
+from service.states import JobState
+from service.store.records import EventRecord, JobRecord, LogRecord
+
+ID_LENGTH = 32
+TENANT_LENGTH = 128
+NAME_LENGTH = 128
+STATE_LENGTH = 16
+IDEMPOTENCY_KEY_LENGTH = 255
+LOG_LINE_LENGTH = 4096
+
+# Row ids that may grow past 2**31 over a service's life; SQLite only
+# autoincrements an INTEGER primary key (its rowid).
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC in and out, on every dialect (SQLite keeps no zone:
+    it stores naive UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the job store keeps aware UTC times")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant", "idempotency_key"),
+        Index(None, "tenant", "state", "created_at"),  # a tenant's list, by state
+        Index(None, "tenant", "created_at"),  # a tenant's list, all states
+        Index(None, "state", "created_at"),  # the supervisor's queue, FCFS
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH))
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    state: Mapped[str] = mapped_column(String(STATE_LENGTH))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    workers: Mapped[int | None] = mapped_column(Integer)
+    requested_workers: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    latest_checkpoint_step: Mapped[int | None] = mapped_column(Integer)
+    latest_checkpoint_world_size: Mapped[int | None] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(IDEMPOTENCY_KEY_LENGTH))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    def to_record(self) -> JobRecord:
+        checkpoint = None
+        if self.latest_checkpoint_step is not None:
+            checkpoint = {"step": self.latest_checkpoint_step,
+                          "world_size": self.latest_checkpoint_world_size}
+        return JobRecord(
+            id=self.id, tenant=self.tenant, name=self.name, state=JobState(self.state),
+            spec=self.spec, priority=self.priority, workers=self.workers,
+            requested_workers=self.requested_workers, step=self.step, restarts=self.restarts,
+            preemptions=self.preemptions, latest_checkpoint=checkpoint, attempt=self.attempt,
+            error=self.error, idempotency_key=self.idempotency_key, created_at=self.created_at,
+            started_at=self.started_at, finished_at=self.finished_at, updated_at=self.updated_at,
+        )
+
+
+def _job_fk() -> ForeignKey:
+    return ForeignKey("jobs.id", ondelete="CASCADE")
+
+
+class _JobHistory:
+    """A row appended to a job's history, read back in id order."""
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(ID_LENGTH), _job_fk())
+    time: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple:
+        return (Index(None, "job_id", "id"),)
+
+
+class JobEvent(_JobHistory, Base):
+    __tablename__ = "job_events"
+
+    from_state: Mapped[str | None] = mapped_column(String(STATE_LENGTH))
+    to_state: Mapped[str] = mapped_column(String(STATE_LENGTH))
+    reason: Mapped[str] = mapped_column(Text)
+
+    def to_record(self) -> EventRecord:
+        return EventRecord(
+            id=self.id, job_id=self.job_id, time=self.time,
+            from_state=None if self.from_state is None else JobState(self.from_state),
+            to_state=JobState(self.to_state), reason=self.reason,
+        )
+
+
+class JobMetrics(Base):
+    """One row per (job, step): a later attempt that re-runs a step after a
+    restart from an earlier checkpoint replaces the row."""
+
+    __tablename__ = "job_metrics"
+
+    job_id: Mapped[str] = mapped_column(String(ID_LENGTH), _job_fk(), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    time: Mapped[datetime] = mapped_column(UTCDateTime)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class JobLog(_JobHistory, Base):
+    __tablename__ = "job_logs"
+
+    line: Mapped[str] = mapped_column(String(LOG_LINE_LENGTH))
+
+    def to_record(self) -> LogRecord:
+        return LogRecord(id=self.id, time=self.time, line=self.line)

@@ -1,0 +1,344 @@
+"""The job store: the control plane's source of truth for jobs, their event
+log, metrics and logs.
+
+Safe to share between threads (API requests, one supervisor thread per job):
+every method is its own short transaction and returns plain frozen records.
+A state change is a compare-and-set on the stored state in the same
+transaction as its event row, so two writers racing from one state cannot both
+win, and a change the table forbids is never written.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, Select, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.states import JobState, check_transition
+from service.store.engine import build_engines, normalize_url
+from service.store.errors import ConcurrentUpdate, JobNotFound, UnexpectedState
+from service.store.models import LOG_LINE_LENGTH, Job, JobEvent, JobLog, JobMetrics, utcnow
+from service.store.records import EventRecord, JobRecord, LogRecord
+
+MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
+TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
+METRICS_BATCH = 500  # rows per upsert statement (SQLite caps bound parameters)
+_MIGRATION_LOCK = int.from_bytes(b"brigade!", "big")  # a Postgres advisory lock key
+_SETTABLE = frozenset(
+    {"priority", "workers", "requested_workers", "step", "restarts", "preemptions",
+     "attempt", "error", "latest_checkpoint"}
+)
+
+
+def alembic_config(url: str | URL | None = None) -> Config:
+    """Alembic's config for the store's migrations, without an alembic.ini."""
+    config = Config()
+    config.set_main_option("script_location", MIGRATIONS_DIR)
+    if url is not None:
+        rendered = normalize_url(url).render_as_string(hide_password=False)
+        config.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
+    return config
+
+
+def new_job_id() -> str:
+    return f"j-{secrets.token_hex(6)}"
+
+
+class JobStore:
+    """`JobStore("sqlite:///path/brigade.db")` or a Postgres URL
+    (`postgresql://...` means psycopg 3). Call `migrate()` before first use."""
+
+    def __init__(self, url: str | URL):
+        self.url = normalize_url(url)
+        self._reader, self._writer = build_engines(self.url)
+
+    @property
+    def dialect(self) -> str:
+        return self._reader.dialect.name
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (a no-op when it is there)."""
+        with self._writer.begin() as connection:
+            if self.dialect == "postgresql":  # two processes starting at once take turns
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def dispose(self) -> None:
+        """Close the pooled connections (the store may be used again: it reconnects)."""
+        self._reader.dispose()
+
+    close = dispose
+
+    # -- jobs -------------------------------------------------------------
+
+    def create_job(
+        self, *, tenant: str, name: str, spec: dict, priority: int = 0,
+        idempotency_key: str | None = None, reason: str = "submitted",
+    ) -> tuple[JobRecord, bool]:
+        """A new QUEUED job and its creation event: (job, True). With an
+        idempotency key the tenant has used before: (that job, False)."""
+        if idempotency_key is not None and (found := self._by_key(tenant, idempotency_key)):
+            return found, False
+        now = utcnow()
+        job = Job(
+            id=new_job_id(), tenant=tenant, name=name, state=JobState.QUEUED.value,
+            spec=copy.deepcopy(spec), priority=priority, step=0, restarts=0, preemptions=0,
+            attempt=0, idempotency_key=idempotency_key, created_at=now, updated_at=now,
+        )
+        try:
+            with self._write() as session:
+                session.add(job)
+                session.flush()  # the job row before its event's foreign key
+                session.add(JobEvent(job_id=job.id, time=now, from_state=None,
+                                     to_state=job.state, reason=reason))
+                record = job.to_record()
+        except IntegrityError:
+            # A concurrent submit with the same key won the unique constraint.
+            found = idempotency_key is not None and self._by_key(tenant, idempotency_key)
+            if not found:
+                raise
+            return found, False
+        return record, True
+
+    def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord | None:
+        """The job, or None; with `tenant`, None unless the job is that tenant's."""
+        query = select(Job).where(Job.id == job_id)
+        if tenant is not None:
+            query = query.where(Job.tenant == tenant)
+        return self._one(query)
+
+    def list_jobs(
+        self, *, tenant: str, states: Iterable[JobState] | None = None,
+        limit: int = 50, offset: int = 0,
+    ) -> tuple[list[JobRecord], int]:
+        """One page of a tenant's jobs, newest first, and how many there are in all."""
+        query = select(Job).where(Job.tenant == tenant)
+        if states is not None:
+            query = query.where(Job.state.in_([JobState(s).value for s in states]))
+        with self._read() as session:
+            total = session.scalar(select(func.count()).select_from(query.subquery()))
+            page = session.scalars(
+                query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit).offset(offset)
+            )
+            return [job.to_record() for job in page], total
+
+    def jobs_in_states(self, states: Iterable[JobState]) -> list[JobRecord]:
+        """Every tenant's jobs in these states, oldest first (first come, first served)."""
+        values = [JobState(s).value for s in states]
+        with self._read() as session:
+            jobs = session.scalars(
+                select(Job).where(Job.state.in_(values)).order_by(Job.created_at, Job.id)
+            )
+            return [job.to_record() for job in jobs]
+
+    def transition(
+        self, job_id: str, to: JobState, *, reason: str,
+        expect: JobState | Iterable[JobState] | None = None, **fields,
+    ) -> JobRecord:
+        """Move the job to `to` if the table allows it from its stored state
+        (and that state is one of `expect`, when given), record the event, and
+        set `fields` (see `update_job`) in the same transaction. Sets
+        started_at at the first RUNNING and finished_at at a final state.
+
+        Raises IllegalTransition (UnexpectedState for a failed `expect`),
+        JobNotFound, or ConcurrentUpdate if the job kept changing underneath."""
+        to = JobState(to)
+        expected = _as_states(expect)
+        values = _column_values(fields)
+        for _ in range(TRANSITION_TRIES):
+            with self._write() as session:
+                found = session.execute(
+                    select(Job.state, Job.started_at).where(Job.id == job_id)
+                ).one_or_none()
+                if found is None:
+                    raise JobNotFound(job_id)
+                current = JobState(found.state)
+                if expected is not None and current not in expected:
+                    raise UnexpectedState(job_id, current, to, expected)
+                check_transition(job_id, current, to)
+                now = utcnow()
+                changes = {**values, "state": to.value, "updated_at": now}
+                if to is JobState.RUNNING and found.started_at is None:
+                    changes["started_at"] = now
+                if to.is_terminal:
+                    changes["finished_at"] = now
+                job = self._update(session, job_id, changes, state=current)
+                if job is None:
+                    continue  # it moved between our read and our write: look again
+                session.add(JobEvent(job_id=job_id, time=now, from_state=current.value,
+                                     to_state=to.value, reason=reason))
+                return job.to_record()
+        raise ConcurrentUpdate(job_id, TRANSITION_TRIES)
+
+    def update_job(self, job_id: str, **fields) -> JobRecord:
+        """Set job fields other than its state: priority, workers,
+        requested_workers, step, restarts, preemptions, attempt, error,
+        latest_checkpoint ({"step", "world_size"} or None)."""
+        changes = {**_column_values(fields), "updated_at": utcnow()}
+        with self._write() as session:
+            job = self._update(session, job_id, changes)
+            if job is None:
+                raise JobNotFound(job_id)
+            return job.to_record()
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """The job's state changes, oldest first (creation included)."""
+        with self._read() as session:
+            events = session.scalars(
+                select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
+            )
+            return [event.to_record() for event in events]
+
+    # -- metrics and logs -------------------------------------------------
+
+    def record_metrics(self, job_id: str, attempt: int, rows: Iterable[dict]) -> None:
+        """Keep each row's metrics under its "step"; a step recorded before
+        (by an earlier attempt, before a restart) is replaced. NaN and
+        infinite values are kept as None (JSON has no such numbers)."""
+        now = utcnow()
+        by_step: dict[int, dict] = {}
+        for row in rows:
+            if "step" not in row:
+                raise ValueError(f"a metrics row needs a 'step': {row!r}")
+            step = int(row["step"])
+            metrics = {k: _finite(v) for k, v in row.items() if k != "step"}
+            by_step[step] = dict(job_id=job_id, step=step, attempt=attempt, time=now,
+                                 metrics=metrics)
+        values = list(by_step.values())  # one row a step: an upsert may touch a row once
+        if not values:
+            return
+        with self._write() as session, _job_must_exist(job_id):
+            for start in range(0, len(values), METRICS_BATCH):
+                session.execute(self._metrics_upsert(values[start:start + METRICS_BATCH]))
+
+    def metrics(self, job_id: str, *, since_step: int = 0, limit: int | None = None) -> list[dict]:
+        """The job's metrics from `since_step` on (inclusive), by step, each with its "step"."""
+        query = (
+            select(JobMetrics.step, JobMetrics.metrics)
+            .where(JobMetrics.job_id == job_id, JobMetrics.step >= since_step)
+            .order_by(JobMetrics.step)
+            .limit(limit)
+        )
+        with self._read() as session:
+            return [{**metrics, "step": step} for step, metrics in session.execute(query)]
+
+    def append_log(self, job_id: str, lines: Iterable[str]) -> None:
+        """Append lines to the job's log (each cut to LOG_LINE_LENGTH characters)."""
+        now = utcnow()
+        rows = [dict(job_id=job_id, time=now, line=_log_line(line)) for line in lines]
+        if not rows:
+            return
+        with self._write() as session, _job_must_exist(job_id):
+            session.execute(insert(JobLog), rows)
+
+    def logs(self, job_id: str, *, after_id: int = 0, limit: int = 1000) -> list[LogRecord]:
+        """Up to `limit` log lines with ids above `after_id`, oldest first; page
+        on with the last one's id."""
+        query = (
+            select(JobLog)
+            .where(JobLog.job_id == job_id, JobLog.id > after_id)
+            .order_by(JobLog.id)
+            .limit(limit)
+        )
+        with self._read() as session:
+            return [line.to_record() for line in session.scalars(query)]
+
+    # -- internals --------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self._reader) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self._writer) as session, session.begin():
+            yield session
+
+    def _one(self, query: Select) -> JobRecord | None:
+        with self._read() as session:
+            job = session.scalars(query).one_or_none()
+            return None if job is None else job.to_record()
+
+    def _by_key(self, tenant: str, key: str) -> JobRecord | None:
+        return self._one(select(Job).where(Job.tenant == tenant, Job.idempotency_key == key))
+
+    @staticmethod
+    def _update(session: Session, job_id: str, changes: dict,
+                state: JobState | None = None) -> Job | None:
+        """UPDATE the job (only while it is in `state`, when given), returning
+        it as stored now, or None if no row matched."""
+        query = update(Job).where(Job.id == job_id)
+        if state is not None:
+            query = query.where(Job.state == state.value)
+        query = query.values(**changes).returning(Job)
+        return session.scalars(
+            query, execution_options={"synchronize_session": False}
+        ).one_or_none()
+
+    def _metrics_upsert(self, values: list[dict]):
+        dialect = sqlite if self.dialect == "sqlite" else postgresql
+        upsert = dialect.insert(JobMetrics).values(values)
+        return upsert.on_conflict_do_update(
+            index_elements=[JobMetrics.job_id, JobMetrics.step],
+            set_={name: upsert.excluded[name] for name in ("attempt", "time", "metrics")},
+        )
+
+
+@contextmanager
+def _job_must_exist(job_id: str) -> Iterator[None]:
+    """A row for a job that is not there breaks its foreign key: say so plainly."""
+    try:
+        yield
+    except IntegrityError as error:
+        raise JobNotFound(job_id) from error
+
+
+def _as_states(expect: JobState | Iterable[JobState] | None) -> frozenset[JobState] | None:
+    if expect is None:
+        return None
+    if isinstance(expect, (JobState, str)):
+        return frozenset({JobState(expect)})
+    return frozenset(JobState(s) for s in expect)
+
+
+def _column_values(fields: dict) -> dict:
+    """Caller-settable job fields as column values."""
+    if "state" in fields:
+        raise TypeError("a job's state changes only through transition(), which checks "
+                        "it against the table and records the event")
+    unknown = sorted(set(fields) - _SETTABLE)
+    if unknown:
+        raise TypeError(f"not settable job fields: {', '.join(unknown)} "
+                        f"(settable: {', '.join(sorted(_SETTABLE))})")
+    values = dict(fields)
+    if "latest_checkpoint" in values:
+        checkpoint = values.pop("latest_checkpoint")
+        if checkpoint is None:
+            values.update(latest_checkpoint_step=None, latest_checkpoint_world_size=None)
+        else:
+            values.update(latest_checkpoint_step=int(checkpoint["step"]),
+                          latest_checkpoint_world_size=int(checkpoint["world_size"]))
+    return values
+
+
+def _finite(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _log_line(line: str) -> str:
+    # Postgres text cannot hold NUL; a line is cut, never refused.
+    return line.replace("\x00", "\ufffd")[:LOG_LINE_LENGTH]
