@@ -38,6 +38,7 @@ from checkpoints.store import CheckpointStore, Rejection
 logger = logging.getLogger(__name__)
 
 StateDict = dict[str, Any]  # DCP's: tensors, DTensors, Stateful objects, plain values
+Extra = dict[str, Any] | None  # JSON for the manifest: data cursor, RNG, config hash...
 
 
 @dataclass(frozen=True)
@@ -80,20 +81,24 @@ class Checkpointer:
 
     # -- save ------------------------------------------------------------------
 
-    def save(self, step: int, state_dict: StateDict, *, extra: dict[str, Any] | None = None) -> Manifest:
+    def save(self, step: int, state_dict: StateDict, *, extra: Extra = None) -> Manifest:
         """Save and commit `step`; returns its manifest. Rank 0's `extra` is recorded."""
         self.wait()
         extra = self._prepare(step, extra)
-        return self._write_and_commit(step, extra, lambda: dcp.save(state_dict, **self._dcp_args(step)))
 
-    def async_save(self, step: int, state_dict: StateDict, *, extra: dict[str, Any] | None = None) -> None:
+        def write() -> Metadata:
+            return dcp.save(state_dict, **self._dcp_args(step))
+
+        return self._write_and_commit(step, extra, write)
+
+    def async_save(self, step: int, state_dict: StateDict, *, extra: Extra = None) -> None:
         """Start saving `step` and return once the state is staged (copied):
         training may then change it. Waits for the previous save first."""
         self.wait()
         extra = self._prepare(step, extra)
         upload = dcp.async_save(state_dict, **self._dcp_args(step))
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-commit")
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
         commit = self._executor.submit(self._write_and_commit, step, extra, upload.result)
         self._in_flight = (step, commit)
 
@@ -119,9 +124,9 @@ class Checkpointer:
         do not verify are logged and passed over; a named one raises instead.
         Returns None when there is no committed step at all."""
         self.wait()
-        committed, rejected = self.group.agree(
-            "listing checkpoints", lambda: self._candidates(step), rank0_only=True
-        )[0]
+        committed, rejected = self.group.on_rank0(
+            "listing checkpoints", lambda: self._candidates(step)
+        )
         skipped = list(rejected)
         loaded = None
         for manifest in reversed(committed):
@@ -129,9 +134,10 @@ class Checkpointer:
             if reasons:
                 skipped.append(Rejection(manifest.step, "; ".join(reasons)))
                 continue
+            reader = self._reader(manifest.step)
             self.group.agree(
                 f"loading step {manifest.step}",
-                lambda: dcp.load(state_dict, storage_reader=self._reader(manifest.step), **self._dist_args()),
+                lambda: dcp.load(state_dict, storage_reader=reader, **self._dist_args()),
             )
             loaded = manifest
             break
@@ -140,7 +146,7 @@ class Checkpointer:
         )
         self._log_passed_over(passed_over)
         if loaded is None and step is not None:
-            raise CheckpointInvalid("; ".join(r.reason for r in skipped) or f"step {step} not found")
+            raise CheckpointInvalid("; ".join(r.reason for r in skipped))
         return None if loaded is None else LoadResult(loaded, passed_over)
 
     def resume(self, state_dict: StateDict) -> LoadResult | None:
@@ -156,7 +162,7 @@ class Checkpointer:
                 self.store.discard_newer_than(result.step)
                 self.store.cleanup_uncommitted()
 
-        self.group.agree("cleaning up at resume", tidy, rank0_only=True)
+        self.group.on_rank0("cleaning up at resume", tidy)
         return result
 
     # -- housekeeping (collective; rank 0 does the I/O) ------------------------
@@ -165,11 +171,10 @@ class Checkpointer:
         """Delete torn steps (see `CheckpointStore.cleanup_uncommitted`).
         `including_newer=True` only where no rank can be writing: at start."""
         self.wait()
-        return self.group.agree(
+        return self.group.on_rank0(
             "cleaning up uncommitted steps",
             lambda: self.store.cleanup_uncommitted(including_newer=including_newer),
-            rank0_only=True,
-        )[0]
+        )
 
     def close(self) -> None:
         """Wait for the save in flight, then release the checkpoint group."""
@@ -188,20 +193,21 @@ class Checkpointer:
             self.store.ensure_fresh(step)
             return snapshot_extra(extra)
 
-        return self.group.agree(f"saving step {step}", check, rank0_only=True)[0]
+        return self.group.on_rank0(f"saving step {step}", check)
 
     def _write_and_commit(
         self, step: int, extra: dict[str, Any], write: Callable[[], Metadata]
     ) -> Manifest:
-        # The DCP write and the hashing of this rank's own files.
+        written_by_all: set[str] = set()  # DCP's global metadata names every rank's files
+
         def write_and_hash() -> dict[str, FileEntry]:
+            """The DCP write, then the digests of this rank's own files."""
             metadata = write()
             names = {info.relative_path for info in metadata.storage_data.values()}
             written_by_all.update(names)
             own = sorted(n for n in names if n.startswith(layout.rank_file_prefix(self.group.rank)))
             return self.store.hash_files(step, own)
 
-        written_by_all: set[str] = set()  # DCP's global metadata names every rank's files
         per_rank = self.group.agree(f"writing step {step}", write_and_hash)
 
         def commit() -> Manifest:
@@ -222,7 +228,7 @@ class Checkpointer:
             self._tidy_after_commit()
             return manifest
 
-        return self.group.agree(f"committing step {step}", commit, rank0_only=True)[0]
+        return self.group.on_rank0(f"committing step {step}", commit)
 
     def _tidy_after_commit(self) -> None:
         # The step is committed: a failure here must not fail the save.
@@ -231,7 +237,8 @@ class Checkpointer:
                 self.store.retain(self.keep_last)
             self.store.cleanup_uncommitted()
         except Exception:
-            logger.exception("%s/%s: retention or clean-up after a commit failed", self.store.tenant, self.store.job)
+            where = f"{self.store.tenant}/{self.store.job}"
+            logger.exception("%s: retention or clean-up after a commit failed", where)
 
     def _candidates(self, step: int | None) -> tuple[list[Manifest], list[Rejection]]:
         if step is None:
@@ -263,7 +270,8 @@ class Checkpointer:
         return {"process_group": self.group.pg, "no_dist": not self.group.distributed}
 
     def _dcp_args(self, step: int) -> dict[str, Any]:
-        writer = FsspecWriter(self.store.step_uri(step), overwrite=False, **self.store.storage_options)
+        uri, options = self.store.step_uri(step), self.store.storage_options
+        writer = FsspecWriter(uri, overwrite=False, **options)
         return {"storage_writer": writer, **self._dist_args()}
 
     def _reader(self, step: int) -> FsspecReader:

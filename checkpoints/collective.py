@@ -66,8 +66,13 @@ class CheckpointGroup:
         if failures:
             detail = "; ".join(f"rank {rank}: {message}" for rank, message, _ in failures)
             # Every rank raises the same type: the first failing rank's.
-            raise failures[0][2](f"{what} failed on {len(failures)} rank(s): {detail}") from local_error
+            error = failures[0][2](f"{what} failed on {len(failures)} rank(s): {detail}")
+            raise error from local_error
         return [o[1] for o in outcomes]
+
+    def on_rank0(self, what: str, step: Callable[[], T]) -> T:
+        """Run `step` on rank 0 only; every rank returns its result or raises."""
+        return self.agree(what, step, rank0_only=True)[0]
 
     def close(self) -> None:
         if self.pg is not None and dist.is_initialized():

@@ -69,9 +69,11 @@ class Manifest:
         except ValueError as exc:
             raise CheckpointInvalid(f"manifest cannot be canonicalised ({exc})") from None
         if not hmac.compare_digest(claimed, expected):
-            raise CheckpointInvalid("manifest HMAC mismatch (edited, or signed with another secret)")
+            raise CheckpointInvalid(
+                "manifest HMAC mismatch (edited, or signed with another secret)"
+            )
         if raw.get("format") != FORMAT_VERSION:
-            raise CheckpointInvalid(f"manifest format {raw.get('format')!r} is not {FORMAT_VERSION}")
+            raise CheckpointInvalid(f"manifest format {raw.get('format')!r} is unknown")
         try:
             files = {name: FileEntry(**entry) for name, entry in raw.pop("files").items()}
             return cls(files=files, **raw)
@@ -82,7 +84,9 @@ class Manifest:
 def canonical_json(value: Any) -> bytes:
     """The one byte string a JSON value signs as; ValueError if it is not JSON."""
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        )
     except TypeError as exc:
         raise ValueError(f"not JSON-serialisable: {exc}") from None
     return text.encode()

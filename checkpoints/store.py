@@ -29,6 +29,7 @@ from checkpoints.manifest import FileEntry, Manifest, check_secret
 logger = logging.getLogger(__name__)
 
 _HASH_CHUNK = 8 << 20
+_SCAN_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,14 +102,23 @@ class CheckpointStore:
         return sorted(step for step in steps if step is not None)
 
     def scan(self) -> tuple[list[Manifest], list[Rejection]]:
-        """(committed manifests, rejected steps), each in step order."""
-        committed: list[Manifest] = []
-        rejected: list[Rejection] = []
-        for step in self.steps():
-            try:
-                committed.append(self.read_manifest(step))
-            except CheckpointInvalid as exc:
-                rejected.append(Rejection(step, str(exc), torn=isinstance(exc, TornCheckpoint)))
+        """(committed manifests, rejected steps), each in step order.
+
+        Scanned again if the step directories changed meanwhile: a commit and
+        the retention after it (the old step deleted) must not both fall
+        between listing the directories and reading their manifests."""
+        steps = self.steps()
+        for _ in range(_SCAN_ATTEMPTS):
+            committed: list[Manifest] = []
+            rejected: list[Rejection] = []
+            for step in steps:
+                try:
+                    committed.append(self.read_manifest(step))
+                except CheckpointInvalid as exc:
+                    rejected.append(Rejection(step, str(exc), torn=isinstance(exc, TornCheckpoint)))
+            steps, scanned = self.steps(), steps
+            if steps == scanned:
+                break
         return committed, rejected
 
     def list_committed(self) -> list[CheckpointInfo]:
@@ -124,7 +134,8 @@ class CheckpointStore:
     def read_manifest(self, step: int) -> Manifest:
         """The step's manifest if the step is committed (signature, location,
         file sizes); raises `CheckpointInvalid` with the reason otherwise."""
-        sizes = {layout.basename(e["name"]): e.get("size") for e in self._ls(self.layout.step(step))}
+        listing = self._ls(self.layout.step(step))
+        sizes = {layout.basename(entry["name"]): entry.get("size") for entry in listing}
         try:
             if layout.MANIFEST_NAME not in sizes:
                 raise FileNotFoundError(self.layout.manifest(step))
@@ -187,7 +198,8 @@ class CheckpointStore:
 
     def delete_step(self, step: int) -> None:
         """Un-commit first (the manifest), then the rest."""
-        for path, recursive in ((self.layout.manifest(step), False), (self.layout.step(step), True)):
+        manifest, directory = self.layout.manifest(step), self.layout.step(step)
+        for path, recursive in ((manifest, False), (directory, True)):
             try:
                 self.fs.rm(path, recursive=recursive)
             except FileNotFoundError:

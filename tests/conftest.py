@@ -29,3 +29,7 @@ def ray_cluster():
     )
     yield context
     ray.shutdown()
+
+
+# The S3 server (moto on 127.0.0.1) for any test that stores checkpoints on s3://.
+from tests.checkpoints.s3_server import moto_s3, s3_bucket  # noqa: E402,F401

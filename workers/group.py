@@ -56,6 +56,7 @@ class WorkerGroup:
         name_prefix: str | None = None,
         pg_timeout_s: float = 30.0,
         ready_timeout_s: float = 60.0,
+        detached: bool = False,
     ):
         if placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(
@@ -76,6 +77,11 @@ class WorkerGroup:
         self.name_prefix = name_prefix
         self.pg_timeout_s = pg_timeout_s
         self.ready_timeout_s = ready_timeout_s
+        # Detached actors and bundles outlive the driver that made them (a
+        # control plane that restarts reattaches by name): they need a name.
+        if detached and not name_prefix:
+            raise ValueError("a detached worker group needs a name_prefix")
+        self.detached = detached
         self.backend: str | None = None
         self.rendezvous: tuple[str, int] | None = None
         # One dict per rank (node_id, node_ip, pid, gpu_ids); kept after shutdown
@@ -119,7 +125,8 @@ class WorkerGroup:
         if not ray.is_initialized():
             return  # the cluster is gone, and all that was in it
         for actor in actors:
-            ray.kill(actor, no_restart=True)
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
         if pg is not None:
             remove_placement_group(pg)
 
@@ -151,6 +158,61 @@ class WorkerGroup:
     ) -> list[list[dict]]:
         """Train to the end (or `stop_after`); one metrics dict per step, per rank."""
         return self.start_training(config, checkpoint=checkpoint, stop_after=stop_after).wait()
+
+    @classmethod
+    def attach(cls, name_prefix: str, num_workers: int, **options) -> WorkerGroup:
+        """The live group named `name_prefix` (made detached by a driver that
+        has since restarted). Raises WorkerGroupError unless every rank's
+        actor and the placement group are there; kill leftovers with
+        `shutdown()` on what `reclaim` returns."""
+        group = cls.reclaim(name_prefix, num_workers, **options)
+        missing = [r for r, actor in enumerate(group._actors) if actor is None]
+        if missing or group._pg is None:
+            group.shutdown()
+            what = f"rank(s) {missing}" if missing else "its placement group"
+            raise WorkerGroupError(f"worker group {name_prefix} is gone: {what} not found")
+        group.node_infos = group._finish(
+            [actor.node_info.remote() for actor in group._actors],
+            PROGRESS_TIMEOUT_S,
+            "reaching the rank actors",
+        )
+        return group
+
+    @classmethod
+    def reclaim(cls, name_prefix: str, num_workers: int, **options) -> WorkerGroup:
+        """Whatever is left of the named group (actors that are missing are
+        None), for `attach` or to `shutdown()` leftovers."""
+        group = cls(num_workers, name_prefix=name_prefix, detached=True, **options)
+        for rank in range(num_workers):
+            try:
+                group._actors.append(ray.get_actor(f"{name_prefix}-rank-{rank}"))
+            except ValueError:
+                group._actors.append(None)
+        try:
+            group._pg = ray.util.get_placement_group(f"{name_prefix}-pg")
+        except ValueError:
+            group._pg = None
+        return group
+
+    def status(self) -> dict:
+        """{"state": "running" | "done", "steps": rank 0's step count}; a lost
+        or failed rank raises RankLostError / RankFailedError (and shuts the
+        group down). Works for a group this driver did not start."""
+        statuses = self.call("status")
+        for rank, st in enumerate(statuses):
+            if st["state"] == "failed":
+                self.shutdown()
+                raise RankFailedError(rank, f"rank {rank} failed: {st['error']}")
+        done = all(st["state"] == "done" for st in statuses)
+        return {"state": "done" if done else "running", "steps": statuses[0]["steps"]}
+
+    def progress(self, since: int = 0) -> list[dict]:
+        """Rank 0's metrics from step index `since` on."""
+        return self._finish([self._actors[0].progress.remote(since)], PROGRESS_TIMEOUT_S, "progress")[0]
+
+    def request_stop(self) -> None:
+        """Ask every rank to checkpoint and stop at the next step boundary."""
+        self.call("request_stop")
 
     def call(self, method: str, *args, timeout_s: float = PROGRESS_TIMEOUT_S) -> list:
         """Call a (collective) rank-actor method on every rank; results by rank."""
@@ -197,6 +259,7 @@ class WorkerGroup:
             [self.bundle for _ in range(self.num_workers)],
             strategy=self.placement_strategy,
             name=f"{self.name_prefix}-pg" if self.name_prefix else "",
+            lifetime="detached" if self.detached else None,
         )
         ready, _ = ray.wait([self._pg.ready()], timeout=self.ready_timeout_s)
         if not ready:
@@ -213,6 +276,7 @@ class WorkerGroup:
                 num_gpus=self.gpus_per_worker,
                 max_concurrency=2,  # `progress` answers while `train` runs
                 name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,
+                lifetime="detached" if self.detached else None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._pg, placement_group_bundle_index=rank
                 ),

@@ -24,6 +24,9 @@ class RankActor:
         # Before torch is imported: its OpenMP pool must not outnumber our CPUs.
         os.environ["OMP_NUM_THREADS"] = str(num_threads)
         self._metrics: list[dict] = []
+        self._state = "idle"  # idle | running | done | failed
+        self._error: str | None = None
+        self._stop_requested = False
 
     def node_info(self) -> dict:
         return {
@@ -61,10 +64,29 @@ class RankActor:
         from workers.config import CheckpointTarget, JobConfig
         from workers.trainer import Trainer
 
-        self._metrics = []
-        target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
-        self._trainer = Trainer(JobConfig.from_dict(config), target)
-        return self._trainer.run(self._record, stop_after)
+        self._metrics, self._state, self._error = [], "running", None
+        self._stop_requested = False
+        try:
+            target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
+            self._trainer = Trainer(JobConfig.from_dict(config), target)
+            result = self._trainer.run(self._record, stop_after, should_stop=self._should_stop)
+        except BaseException as e:  # DCP's CheckpointException is a BaseException
+            self._state, self._error = "failed", f"{type(e).__name__}: {e}"
+            raise
+        self._state = "done"
+        return result
+
+    def status(self) -> dict:
+        """Where `train` is: for a driver that lost its call (it restarted)."""
+        return {"state": self._state, "steps": len(self._metrics), "error": self._error}
+
+    def request_stop(self) -> None:
+        """Ask `train` to checkpoint and stop at the next step boundary (all
+        ranks agree on which: see `Trainer.run`)."""
+        self._stop_requested = True
+
+    def _should_stop(self) -> bool:
+        return self._stop_requested
 
     def state_digests(self) -> dict[str, str]:
         """Digests of the last trainer's full state (collective: all ranks at once)."""

@@ -138,17 +138,23 @@ class Trainer:
         return self.config.sharding.mesh_shape(self.world_size)[-1]
 
     def run(
-        self, on_step: Callable[[dict], None] | None = None, stop_after: int | None = None
+        self,
+        on_step: Callable[[dict], None] | None = None,
+        stop_after: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[dict]:
-        """Step to the end of the job, or to `stop_after` (then checkpoint, so
-        a later run resumes there). Saves every `checkpoint.interval_steps`
-        and at the end; returns this run's metrics."""
+        """Step to the end of the job, or to `stop_after`, or until
+        `should_stop()` says so on any rank (then checkpoint, so a later run
+        resumes there). Saves every `checkpoint.interval_steps` and at the
+        end; returns this run's metrics."""
         end = self.config.train.steps
         stop = end if stop_after is None else min(stop_after, end)
         history = []
         try:
             while self.step < stop:
                 metrics = self.train_step().as_dict()
+                if should_stop is not None and self._any_rank(should_stop()):
+                    stop = self.step  # every rank learns it after the same step
                 # Checkpoint on the interval, and where this run stops short of
                 # the end (or ends, on an interval policy): a blocking save then.
                 final = self.step == stop and (
@@ -164,6 +170,11 @@ class Trainer:
             if self.checkpoints is not None:
                 self.checkpoints.close()
         return history
+
+    def _any_rank(self, flag: bool) -> bool:
+        t = torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
 
     def state_digests(self) -> dict[str, str]:
         """sha256 of every full model and optimizer tensor (collective: the

@@ -194,6 +194,17 @@ class JobStore:
                 raise JobNotFound(job_id)
             return job.to_record()
 
+    def note(self, job_id: str, reason: str) -> None:
+        """An event without a state change (from and to both the current
+        state): what the control plane did to a job in passing, such as
+        reattaching to its workers after a restart."""
+        with self._write() as session:
+            state = session.execute(select(Job.state).where(Job.id == job_id)).scalar_one_or_none()
+            if state is None:
+                raise JobNotFound(job_id)
+            session.add(JobEvent(job_id=job_id, time=utcnow(), from_state=state,
+                                 to_state=state, reason=reason))
+
     def events(self, job_id: str) -> list[EventRecord]:
         """The job's state changes, oldest first (creation included)."""
         with self._read() as session:

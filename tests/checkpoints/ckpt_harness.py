@@ -1,6 +1,6 @@
 """Ranks in spawned processes, and the tiny FSDP2 model they checkpoint.
 
-`run_ranks(fn, world_size, *args)` spawns `world_size` processes that form a
+`run_ranks(fn, world_size, *args)` starts `world_size` processes that form a
 gloo group on 127.0.0.1 and call `fn(rank, world_size, *args)`; a failure in
 any rank fails the caller. Functions given to it live here so that the
 spawned processes can import them.
@@ -17,6 +17,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from checkpoints import CheckpointStore
@@ -24,6 +26,17 @@ from checkpoints.checkpointer import Checkpointer
 from checkpoints.stateful import ModelAndOptimizer
 
 SECRET = b"brigade-test-secret"
+
+# What the fork server imports once. Not this module: Python 3.11's fork
+# server ignores the caller's sys.path, where this module is found.
+_PRELOAD = [
+    "torch",
+    "torch._dynamo",  # fully_shard's first call imports it
+    "torch.distributed.checkpoint.state_dict",
+    "torch.distributed.fsdp",
+    "checkpoints.checkpointer",
+    "checkpoints.stateful",
+]
 
 
 def free_port() -> int:
@@ -40,9 +53,12 @@ def init_single_rank() -> None:
 def run_ranks(fn, world_size: int, *args: Any) -> None:
     # A fork server that has imported torch once starts ranks in a fraction of
     # the seconds a fresh interpreter takes to import it.
-    mp.set_forkserver_preload([__name__])
+    mp.set_forkserver_preload(_PRELOAD)
     mp.start_processes(
-        _rank_main, args=(fn, world_size, free_port(), args), nprocs=world_size, start_method="forkserver"
+        _rank_main,
+        args=(fn, world_size, free_port(), args),
+        nprocs=world_size,
+        start_method="forkserver",
     )
 
 
@@ -62,9 +78,7 @@ def _rank_main(rank: int, fn, world_size: int, port: int, args: tuple) -> None:
     try:
         fn(rank, world_size, *args)
     finally:
-        t=__import__("time").time()
         dist.destroy_process_group()
-        print("destroy", __import__("time").time()-t, flush=True)
 
 
 # -- the model ---------------------------------------------------------------
@@ -72,9 +86,6 @@ def _rank_main(rank: int, fn, world_size: int, port: int, args: tuple) -> None:
 
 def build(world_size: int, seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     """A tiny MLP under FSDP2 (uneven shards at world size 3) and its AdamW."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 5))
     mesh = init_device_mesh("cpu", (world_size,))
@@ -98,7 +109,8 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
     flat = {f"model.{k}": v for k, v in model_state.items()}
     for fqn, states in optim_state["state"].items():
         flat.update({f"optim.{fqn}.{k}": v for k, v in states.items()})
-    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in flat.items()}
+    full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in flat.items()}
+    return {k: v.detach().clone() for k, v in full.items()}
 
 
 def assert_bitwise_equal(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
@@ -114,7 +126,7 @@ def checkpointer(store_kwargs: dict[str, Any], **kwargs: Any) -> Checkpointer:
     return Checkpointer(CheckpointStore(secret=SECRET, **store_kwargs), **kwargs)
 
 
-def save_sync_then_async(rank: int, world_size: int, store_kwargs: dict, expected_path: str) -> None:
+def save_sync_then_async(rank: int, world_size: int, store_kwargs: dict, expected_path: str):
     """Step 1 saved synchronously, step 2 asynchronously while training goes
     on; rank 0 writes what each step holds to `expected_path`."""
     model, optimizer = build(world_size, seed=0)
@@ -128,7 +140,8 @@ def save_sync_then_async(rank: int, world_size: int, store_kwargs: dict, expecte
     # Training (FSDP collectives on the default group) overlaps the save's
     # background collectives on the checkpoint group, and changes the state.
     train_step(model, optimizer, seed=3)
-    assert not torch.equal(full_state(model, optimizer)["model.0.weight"], expected[2]["model.0.weight"])
+    changed = full_state(model, optimizer)["model.0.weight"]
+    assert not torch.equal(changed, expected[2]["model.0.weight"])
     assert ckpt.wait().step == 2
     ckpt.close()
     if rank == 0:
@@ -144,9 +157,76 @@ def load_and_compare(rank: int, world_size: int, store_kwargs: dict, expected_pa
     state = {"train": ModelAndOptimizer(model, optimizer)}
     for step in (1, 2):
         result = ckpt.load(state, step=step)
-        assert (result.step, result.manifest.world_size, result.extra["cursor"]) == (step, 2, step * 100)
+        saved_by = (result.step, result.manifest.world_size, result.extra["cursor"])
+        assert saved_by == (step, 2, step * 100)
         assert_bitwise_equal(full_state(model, optimizer), expected[step])
     result = ckpt.resume(state)  # the newest committed: step 2
     assert result.step == 2 and result.skipped == []
     assert_bitwise_equal(full_state(model, optimizer), expected[2])
+    ckpt.close()
+
+
+# -- single-process state -----------------------------------------------------
+
+
+def state(value: float) -> dict:
+    """A small state dict whose every entry says which step it was saved at."""
+    model = {"w": torch.full((3, 4), value), "b": torch.arange(5.0) + value}
+    return {"model": model, "cursor": int(value)}
+
+
+def blank() -> dict:
+    """The same structure, to load into."""
+    return state(0.0) | {"cursor": -1}
+
+
+def saved(checkpointer: Checkpointer, *steps: int) -> None:
+    for step in steps:
+        checkpointer.save(step, state(float(step)), extra={"cursor": step * 10})
+
+
+# -- tampering, as an attacker or a bad disk would ----------------------------
+
+
+def flip_byte(store: CheckpointStore, step: int, name: str, offset: int = -1) -> None:
+    path = store.layout.file(step, name)
+    data = bytearray(store.fs.cat_file(path))
+    data[offset] ^= 0xFF
+    store.fs.pipe_file(path, bytes(data))
+
+
+def truncate(store: CheckpointStore, step: int, name: str) -> None:
+    path = store.layout.file(step, name)
+    store.fs.pipe_file(path, store.fs.cat_file(path)[:-1])
+
+
+def unsign(store: CheckpointStore, step: int) -> None:
+    """Remove the manifest: the step is then what a crash before the commit leaves."""
+    store.fs.rm(store.layout.manifest(step))
+
+
+def every_rank_raises(rank: int, world_size: int, store_kwargs: dict, mode: str) -> None:
+    """A write that fails on rank 1 only raises on every rank (none hangs),
+    and the group still works afterwards; so does a refusal rank 0 decides."""
+    from checkpoints import CheckpointError, CheckpointExistsError
+
+    ckpt = checkpointer(store_kwargs)
+    broken = state(1.0) | ({"callback": lambda: None} if rank == 1 else {})
+    save = ckpt.save if mode == "sync" else ckpt.async_save
+    try:
+        save(1, broken)
+        ckpt.wait()
+    except CheckpointError as exc:
+        assert "writing step 1 failed" in str(exc), exc
+    else:
+        raise AssertionError(f"rank {rank} did not raise")
+    save(2, state(2.0))
+    ckpt.wait()
+    try:
+        save(2, state(2.0))
+    except CheckpointExistsError:
+        pass
+    else:
+        raise AssertionError(f"rank {rank} did not refuse")
+    assert [c.step for c in ckpt.store.list_committed()] == [2]
     ckpt.close()

@@ -1,76 +1,41 @@
-"""Fixtures for the checkpoint tests: storage roots (memory://, file://, a
-moto S3 server), a signing secret, and a one-rank gloo process group.
-
-`moto_s3` is session-scoped and serves S3 on 127.0.0.1, so processes spawned
-by a test (ranks, Ray actors) reach it too; the credentials it needs are put
-in os.environ, which spawned processes inherit.
-"""
+"""Fixtures for the checkpoint tests: storage on memory://, file:// and S3
+(the moto server of `s3_server`), a signing secret, stores and checkpointers
+of one job, and a one-rank gloo process group."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import fsspec
 import pytest
 from ckpt_harness import SECRET, init_single_rank
 
-S3_BUCKET = "brigade-ckpt"
-_S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "test",
-    "AWS_SECRET_ACCESS_KEY": "test",
-    "AWS_SESSION_TOKEN": "test",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
-@pytest.fixture(scope="session")
-def moto_s3():
-    """A real S3 API (moto) on 127.0.0.1 with bucket `S3_BUCKET`; yields the
-    `storage_options` an s3:// CheckpointStore needs."""
-    from moto.server import ThreadedMotoServer
-
-    saved = {key: os.environ.get(key) for key in _S3_ENV}
-    os.environ.update(_S3_ENV)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"client_kwargs": {"endpoint_url": f"http://{host}:{port}"}}
-    fsspec.filesystem("s3", **options).mkdir(S3_BUCKET)
-    try:
-        yield options
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+from tests.checkpoints.s3_server import moto_s3, s3_bucket  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
-def memory_root():
+def memory_storage():
     root = f"memory://ckpt-{uuid.uuid4().hex[:12]}"
-    yield root
+    yield {"root": root}
     fs = fsspec.filesystem("memory")
     if fs.exists(root):
         fs.rm(root, recursive=True)
 
 
 @pytest.fixture
-def file_root(tmp_path):
-    return f"file://{tmp_path}/storage"
+def file_storage(tmp_path):
+    return {"root": f"file://{tmp_path}/storage"}
 
 
 @pytest.fixture
-def s3_root(moto_s3):
-    return f"s3://{S3_BUCKET}/{uuid.uuid4().hex[:12]}"
+def s3_storage(moto_s3, s3_bucket):
+    return {"root": f"s3://{s3_bucket}/{uuid.uuid4().hex[:12]}", "storage_options": moto_s3}
 
 
-@pytest.fixture(params=["memory", "file"])
-def root(request):
-    """A storage root on each of the single-process backends."""
-    return request.getfixturevalue(f"{request.param}_root")
+@pytest.fixture(params=["memory", "file", "s3"])
+def storage(request):
+    """A storage root (CheckpointStore's `root` and `storage_options`) on each backend."""
+    return request.getfixturevalue(f"{request.param}_storage")
 
 
 @pytest.fixture
@@ -86,3 +51,31 @@ def gloo_group():
 @pytest.fixture
 def secret():
     return SECRET
+
+
+@pytest.fixture
+def make_store(storage, secret):
+    """CheckpointStore(s) of job acme/j1 on the test's storage."""
+    from checkpoints import CheckpointStore
+
+    def make(**kwargs):
+        job = {"tenant": "acme", "job": "j1", "secret": secret}
+        return CheckpointStore(**(storage | job | kwargs))
+
+    return make
+
+
+@pytest.fixture
+def make_checkpointer(make_store):
+    """Checkpointers of job acme/j1, closed after the test."""
+    from checkpoints.checkpointer import Checkpointer
+
+    made = []
+
+    def make(*, keep_last=None, **store_kwargs):
+        made.append(Checkpointer(make_store(**store_kwargs), keep_last=keep_last))
+        return made[-1]
+
+    yield make
+    for checkpointer in made:
+        checkpointer.close()

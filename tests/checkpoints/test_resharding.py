@@ -17,10 +17,8 @@ TENANT, JOB = "acme", "reshard"
 def saved_at_ws2(request, tmp_path_factory):
     """(store kwargs, path of the expected full state) after a ws=2 save."""
     if request.param == "s3":
-        moto_s3 = request.getfixturevalue("moto_s3")
-        from conftest import S3_BUCKET
-
-        kwargs = {"root": f"s3://{S3_BUCKET}/reshard", "storage_options": moto_s3}
+        bucket, options = request.getfixturevalue("s3_bucket"), request.getfixturevalue("moto_s3")
+        kwargs = {"root": f"s3://{bucket}/reshard", "storage_options": options}
     else:
         kwargs = {"root": f"file://{tmp_path_factory.mktemp('storage')}"}
     kwargs.update(tenant=TENANT, job=JOB)

@@ -1,0 +1,117 @@
+"""The control plane's connection to Ray.
+
+With `BRIGADE_RAY_ADDRESS` it joins that cluster. Without, it runs a Ray head
+on this machine as a process of its own (`ray start --head --block` in a new
+session), recorded in `{data_dir}/ray.json`: a control plane that crashes
+leaves the head, and the jobs' rank actors, running, and its successor joins
+the same head and reattaches to them. A graceful stop stops the head too.
+Ray's token auth stays on: the driver joins with `RAY_AUTH_MODE=token`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ray
+
+from workers.distributed import LOOPBACK, free_port
+
+logger = logging.getLogger(__name__)
+NAMESPACE = "brigade"
+START_TIMEOUT_S = 60.0
+
+
+def connect(address: str) -> None:
+    ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+
+
+class LocalRayCluster:
+    """A Ray head owned by one data directory."""
+
+    def __init__(self, data_dir: str, num_cpus: int | None = None):
+        self.dir = Path(data_dir)
+        self.state_file = self.dir / "ray.json"
+        self.num_cpus = num_cpus
+
+    def ensure(self) -> str:
+        """The address of this data directory's head, started if not running."""
+        state = self._read()
+        if state and _alive(state["pid"]):
+            return state["address"]
+        return self._start()
+
+    def stop(self) -> None:
+        state = self._read()
+        if state and _alive(state["pid"]):
+            # `ray start --block` stops the node's processes when it is terminated.
+            os.killpg(state["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            while _alive(state["pid"]) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(state["pid"]):
+                os.killpg(state["pid"], signal.SIGKILL)
+        self.state_file.unlink(missing_ok=True)
+
+    def _start(self) -> str:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        port = free_port(LOOPBACK)
+        cmd = [
+            str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+            f"--port={port}", "--include-dashboard=false", "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={free_port(LOOPBACK)}",
+        ]
+        if self.num_cpus is not None:
+            cmd.append(f"--num-cpus={self.num_cpus}")
+        log = open(self.dir / "ray.log", "ab")
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this process, and is its own group
+        )
+        address = f"{LOOPBACK}:{port}"
+        self.state_file.write_text(json.dumps({"pid": proc.pid, "address": address}))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while b"will now block" not in (self.dir / "ray.log").read_bytes()[-4096:]:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the local Ray head did not start: see {self.dir / 'ray.log'}")
+            time.sleep(0.2)
+        logger.info("started a local Ray head at %s (pid %d)", address, proc.pid)
+        return address
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by us) is not alive.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def cluster_capacity() -> dict[str, float]:
+    """Total CPUs and GPUs of the cluster's live nodes."""
+    total = {"cpu": 0.0, "gpu": 0.0}
+    for node in ray.nodes():
+        if node["Alive"]:
+            total["cpu"] += node["Resources"].get("CPU", 0.0)
+            total["gpu"] += node["Resources"].get("GPU", 0.0)
+    return total

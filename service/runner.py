@@ -1,0 +1,195 @@
+"""One job's driver: a thread that launches (or reattaches to) the job's
+worker group on Ray, records its progress, carries out cancel and suspend,
+and turns how the group ended into the job's next state.
+
+The store is the source of truth: requests from the API arrive as state
+changes (CANCELLING, SUSPENDING) that the runner sees at its next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from service.spec import JobSpec
+from service.states import IllegalTransition
+from service.states import JobState as S
+from workers.errors import PlacementTimeoutError, RankError, WorkerGroupError
+from workers.group import WorkerGroup
+
+if TYPE_CHECKING:
+    from service.store import JobRecord
+    from service.supervisor import Supervisor
+
+logger = logging.getLogger(__name__)
+MAX_BACKOFF_S = 10.0
+
+
+def group_name(job_id: str, attempt: int) -> str:
+    return f"brigade-{job_id}-a{attempt}"
+
+
+class JobRunner(threading.Thread):
+    def __init__(self, supervisor: Supervisor, job_id: str, attached: WorkerGroup | None = None):
+        super().__init__(name=f"runner-{job_id}", daemon=True)
+        self.sup, self.store, self.job_id = supervisor, supervisor.store, job_id
+        self.group = attached
+        self.detach = threading.Event()  # the control plane is stopping: leave the group be
+
+    # -- the life of one job --------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self.detach.is_set():
+                job = self.store.get_job(self.job_id)
+                if job.state is S.RESTARTING:
+                    self._backoff(job)
+                    job = self.store.transition(
+                        self.job_id, S.STARTING, reason=f"starting attempt {job.attempt + 1}",
+                        expect=S.RESTARTING, attempt=job.attempt + 1,
+                    )
+                if self.group is None:
+                    self.group = self._launch(job)
+                    if self.group is None:
+                        return
+                outcome = self._watch()
+                if self.detach.is_set():
+                    return
+                self.group.shutdown()
+                self.group = None
+                if not self._conclude(outcome):
+                    return
+        except Exception as e:  # a bug of ours: fail the job loudly, never leave it hanging
+            logger.exception("runner of job %s failed", self.job_id)
+            self._fail(f"control plane error: {type(e).__name__}: {e}")
+        finally:
+            if self.group is not None and not self.detach.is_set():
+                self.group.shutdown()
+            self.sup.runner_done(self.job_id)
+
+    def _launch(self, job: JobRecord) -> WorkerGroup | None:
+        spec = JobSpec.model_validate(job.spec)
+        res = spec.resources_per_worker
+        group = WorkerGroup(
+            job.workers,
+            cpus_per_worker=res.cpu,
+            gpus_per_worker=res.gpu,
+            name_prefix=group_name(job.id, job.attempt),
+            detached=True,
+            pg_timeout_s=self.sup.settings.pg_timeout_s,
+        )
+        try:
+            group.start()
+            group.start_training(spec.engine_config(), checkpoint=self.sup.checkpoint_target(job))
+        except PlacementTimeoutError as e:
+            self.store.transition(self.job_id, S.QUEUED, reason=f"capacity not available: {e}",
+                                  expect=S.STARTING)
+            return None
+        except (WorkerGroupError, ValueError) as e:
+            self._conclude(("failed", f"could not start: {e}"))
+            return None
+        try:
+            self.store.transition(
+                self.job_id, S.RUNNING, expect=S.STARTING,
+                reason=f"worker group of {job.workers} ranks started (attempt {job.attempt}, "
+                       f"backend {group.backend})",
+            )
+        except IllegalTransition:
+            pass  # cancelled or suspended while starting: the watch carries it out
+        self.store.append_log(self.job_id, [
+            f"attempt {job.attempt}: {job.workers} ranks on "
+            f"{', '.join(sorted({i['node_ip'] for i in group.node_infos}))}, backend {group.backend}"
+        ])
+        return group
+
+    def _watch(self) -> tuple[str, str | None]:
+        """Poll the group until it ends; ('done'|'cancelled'|'failed', error)."""
+        seen, stop_sent = 0, False
+        while not self.detach.is_set():
+            try:
+                seen += self._record(self.group.progress(seen))
+                status = self.group.status()
+            except RankError as e:
+                return ("failed", str(e))
+            if status["state"] == "done":
+                self._record(self.group.progress(seen))
+                return ("done", None)
+            state = self.store.get_job(self.job_id).state
+            if state is S.CANCELLING:
+                return ("cancelled", None)
+            if state in (S.SUSPENDING, S.PREEMPTING) and not stop_sent:
+                self.group.request_stop()
+                stop_sent = True
+            time.sleep(self.sup.settings.poll_interval_s)
+        return ("detached", None)
+
+    def _record(self, rows: list[dict]) -> int:
+        if not rows:
+            return 0
+        job = self.store.get_job(self.job_id)
+        self.store.record_metrics(self.job_id, job.attempt, rows)
+        fields = {"step": rows[-1]["step"]}
+        if any("checkpoint_step" in r for r in rows):
+            fields["latest_checkpoint"] = self.sup.latest_checkpoint(job)
+        self.store.update_job(self.job_id, **fields)
+        total = job.spec["train"]["steps"]
+        self.store.append_log(self.job_id, [
+            f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
+            f"{r['tokens_per_s']:.0f} tok/s" for r in rows
+        ])
+        return len(rows)
+
+    def _conclude(self, outcome: tuple[str, str | None]) -> bool:
+        """Move the job on from how its group ended; True to launch again."""
+        kind, error = outcome
+        job = self.store.get_job(self.job_id)
+        checkpoint = self.sup.latest_checkpoint(job)
+        fields = {"latest_checkpoint": checkpoint} if checkpoint else {}
+        if job.state is S.CANCELLING or kind == "cancelled":
+            self.store.transition(self.job_id, S.CANCELLED, reason="cancelled; workers released")
+            return False
+        if kind == "done":
+            finished = job.step >= job.spec["train"]["steps"]
+            if finished and job.state in (S.RUNNING, S.SUSPENDING, S.PREEMPTING):
+                self.store.transition(self.job_id, S.SUCCEEDED,
+                                      reason=f"all {job.step} steps done", **fields)
+            elif job.state is S.SUSPENDING:
+                self.store.transition(self.job_id, S.SUSPENDED,
+                                      reason=f"checkpointed at step {job.step}; workers released",
+                                      workers=None, **fields)
+            elif job.state is S.PREEMPTING:
+                self.store.transition(self.job_id, S.QUEUED,
+                                      reason=f"preempted at step {job.step}; requeued", **fields)
+            else:  # stopped short without being asked: treat as a failure
+                return self._restart_or_fail(job, f"ranks stopped at step {job.step}", fields)
+            return False
+        if job.state is S.SUSPENDING:
+            self.store.transition(self.job_id, S.SUSPENDED, workers=None, **fields,
+                                  reason=f"workers lost while suspending ({error}); "
+                                         "will resume from the latest checkpoint")
+            return False
+        return self._restart_or_fail(job, error or "unknown failure", fields)
+
+    def _restart_or_fail(self, job: JobRecord, error: str, fields: dict) -> bool:
+        max_restarts = job.spec.get("max_restarts", 3)
+        if job.state is S.STARTING or job.state is S.RUNNING:
+            if job.restarts < max_restarts:
+                self.store.transition(
+                    self.job_id, S.RESTARTING, error=error, restarts=job.restarts + 1, **fields,
+                    reason=f"restart {job.restarts + 1} of {max_restarts} from the latest "
+                           f"checkpoint: {error}",
+                )
+                return True
+        self._fail(f"{error} (after {job.restarts} restarts)")
+        return False
+
+    def _fail(self, error: str) -> None:
+        job = self.store.get_job(self.job_id)
+        if job is not None and not job.state.is_terminal:
+            target = S.CANCELLED if job.state is S.CANCELLING else S.FAILED
+            self.store.transition(self.job_id, target, reason=error, error=error)
+
+    def _backoff(self, job: JobRecord) -> None:
+        self.detach.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** max(0, job.restarts - 1)))

@@ -1,0 +1,24 @@
+"""Wiring the control plane from settings: Ray, the store, the supervisor."""
+
+from __future__ import annotations
+
+from service.ray_cluster import LocalRayCluster, connect
+from service.settings import Settings
+from service.store import JobStore
+from service.supervisor import Supervisor
+
+
+def build_supervisor(settings: Settings) -> Supervisor:
+    """Join (or start) Ray, migrate the store, reconcile and start supervising.
+    `stop()` on the result also stops a local Ray head this data dir owns."""
+    local = None
+    address = settings.ray_address
+    if not address:
+        local = LocalRayCluster(settings.data_dir, num_cpus=settings.ray_num_cpus)
+        address = local.ensure()
+    connect(address)
+    store = JobStore(settings.resolved_database_url)
+    store.migrate()
+    supervisor = Supervisor(settings, store, on_stop=local.stop if local else None)
+    supervisor.start()
+    return supervisor

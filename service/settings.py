@@ -1,0 +1,80 @@
+"""The one settings class: environment variables prefixed `BRIGADE_`.
+
+Defaults embed everything under a data directory: SQLite, local checkpoint
+storage, and a local Ray cluster started by `brigade serve`. Outside
+development the secret and the admin key must be set (never defaults).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BRIGADE_", extra="ignore")
+
+    environment: str = Field("development", pattern="^(development|production)$")
+    data_dir: str = Field(default_factory=lambda: os.path.join(os.getcwd(), ".data"))
+    storage_uri: str | None = None  # checkpoint root; default: file://{data_dir}/storage
+    storage_options: dict = Field(default_factory=dict)  # fsspec options, e.g. an S3 endpoint
+    database_url: str | None = None  # default: SQLite (WAL) under data_dir
+    ray_address: str | None = None  # an existing cluster; default: start a local one
+    ray_num_cpus: int | None = None  # for the local cluster; default: Ray's own count
+    admin_key: str | None = None  # generated and printed once at first start if unset
+    secret: str | None = None  # signs checkpoint manifests; generated under data_dir if unset
+    host: str = "127.0.0.1"
+    port: int = 8000
+    poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
+    pg_timeout_s: float = 30.0  # a hung collective fails after this
+    max_body_bytes: int = 1 << 20
+
+    @model_validator(mode="after")
+    def _no_default_secrets_in_production(self) -> Settings:
+        if self.environment == "production":
+            missing = [n for n in ("secret", "admin_key") if not getattr(self, n)]
+            if missing:
+                raise ValueError(
+                    f"BRIGADE_{missing[0].upper()} must be set when BRIGADE_ENVIRONMENT=production"
+                )
+        return self
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{Path(self.data_dir).resolve() / 'brigade.db'}"
+
+    @cached_property
+    def resolved_storage_uri(self) -> str:
+        return self.storage_uri or f"file://{Path(self.data_dir).resolve() / 'storage'}"
+
+    def resolved_secret(self) -> str:
+        """The manifest-signing secret: set, or made once and kept in data_dir."""
+        return self.secret or _kept_secret(Path(self.data_dir) / "secret")
+
+    def resolved_admin_key(self) -> str:
+        """The admin API key: set, or made once and kept in data_dir."""
+        return self.admin_key or _kept_secret(self.admin_key_file)
+
+    @property
+    def admin_key_file(self) -> Path:
+        """Where a generated admin key is kept (readable by its owner only)."""
+        return Path(self.data_dir) / "admin_key"
+
+
+def _kept_secret(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip()

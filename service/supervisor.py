@@ -1,0 +1,261 @@
+"""The control plane: takes requests, admits queued jobs first come first
+served by free capacity, runs one `JobRunner` thread per active job, and on
+start reconciles the store with what is alive on Ray.
+
+No job is lost or run twice: a job's worker group is named by (job,
+attempt) and detached, so after a control-plane restart the supervisor
+either reattaches to the live group of the job's current attempt or removes
+its remains and restarts the job from its latest committed checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from checkpoints import CheckpointStore
+from service.ray_cluster import cluster_capacity
+from service.runner import JobRunner, group_name
+from service.settings import Settings
+from service.spec import JobSpec
+from service.states import ACTIVE
+from service.states import JobState as S
+from service.store import JobNotFound, JobRecord, JobStore
+from workers.config import JobConfig
+from workers.errors import CapacityError, RankError, WorkerGroupError
+from workers.group import WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, store: JobStore, *, on_stop=None):
+        self.settings, self.store = settings, store
+        self._runners: dict[str, JobRunner] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_stop = on_stop  # e.g. stop the local Ray head
+
+    # -- requests ---------------------------------------------------------------
+
+    def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
+        spec.check_runnable()
+        self._check_fits(spec, spec.min_workers)
+        job, created = self.store.create_job(
+            tenant=tenant, name=spec.name, spec=spec.model_dump(mode="json", by_alias=True),
+            priority=spec.priority, idempotency_key=idempotency_key,
+        )
+        self._wake.set()
+        return job, created
+
+    def cancel(self, tenant: str, job_id: str) -> JobRecord:
+        job = self._job(tenant, job_id)
+        if job.state in (S.QUEUED, S.SUSPENDED):
+            return self.store.transition(job_id, S.CANCELLED, reason="cancelled by the user",
+                                         expect=job.state)
+        return self.store.transition(job_id, S.CANCELLING, reason="cancel requested by the user",
+                                     expect=job.state)
+
+    def suspend(self, tenant: str, job_id: str) -> JobRecord:
+        job = self._job(tenant, job_id)
+        return self.store.transition(
+            job_id, S.SUSPENDING, expect=job.state,
+            reason="suspend requested by the user: checkpoint, then stop",
+        )
+
+    def resume(self, tenant: str, job_id: str, workers: int | None = None) -> JobRecord:
+        job = self._job(tenant, job_id)
+        if workers is not None:
+            spec = JobSpec.model_validate(job.spec)
+            JobConfig.from_dict(spec.engine_config()).validate(workers)
+            self._check_fits(spec, workers)
+        reason = "resumed by the user" + (f" at {workers} workers" if workers else "")
+        job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
+                                    requested_workers=workers)
+        self._wake.set()
+        return job
+
+    def workers(self, tenant: str, job_id: str) -> list[dict]:
+        self._job(tenant, job_id)
+        runner = self._runners.get(job_id)
+        group = runner.group if runner else None
+        if group is None:
+            return []
+        return [
+            {"rank": rank, "node": info["node_ip"], "pid": info["pid"], "state": "running"}
+            for rank, info in enumerate(group.node_infos)
+        ]
+
+    def checkpoints(self, tenant: str, job_id: str) -> list[dict]:
+        job = self._job(tenant, job_id)
+        return [
+            {"step": c.step, "world_size": c.world_size, "bytes": c.bytes,
+             "created_at": c.created_at, "uri": c.uri}
+            for c in self._checkpoint_store(job).list_committed()
+        ]
+
+    def cluster_status(self) -> dict:
+        capacity = cluster_capacity()
+        active = self.store.jobs_in_states(ACTIVE)
+        queued = self.store.jobs_in_states([S.QUEUED])
+        return {
+            "capacity": capacity,
+            "usage": self._usage(active),
+            "running_jobs": len(active),
+            "queue": [{"id": j.id, "name": j.name, "tenant": j.tenant} for j in queued],
+        }
+
+    # -- checkpoints ------------------------------------------------------------
+
+    def checkpoint_target(self, job: JobRecord) -> dict:
+        return {
+            "root": self.settings.resolved_storage_uri, "tenant": job.tenant, "job": job.id,
+            "secret": self.settings.resolved_secret(),
+            "storage_options": self.settings.storage_options,
+        }
+
+    def latest_checkpoint(self, job: JobRecord) -> dict | None:
+        latest = self._checkpoint_store(job).latest_committed()
+        return None if latest is None else {"step": latest.step, "world_size": latest.world_size}
+
+    def _checkpoint_store(self, job: JobRecord) -> CheckpointStore:
+        return CheckpointStore(
+            self.settings.resolved_storage_uri, tenant=job.tenant, job=job.id,
+            secret=self.settings.resolved_secret().encode(),
+            storage_options=self.settings.storage_options,
+        )
+
+    # -- the loop ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.reconcile()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop admitting and watching; running groups are left to a successor
+        (or to the Ray head's own stop)."""
+        self._stopping.set()
+        self._wake.set()
+        with self._lock:
+            runners = list(self._runners.values())
+        for runner in runners:
+            runner.detach.set()
+        for runner in runners:
+            runner.join(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._on_stop is not None:
+            self._on_stop()
+
+    def runner_done(self, job_id: str) -> None:
+        with self._lock:
+            self._runners.pop(job_id, None)
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._admit()
+            except Exception:
+                logger.exception("admission pass failed")
+            self._wake.wait(self.settings.poll_interval_s)
+            self._wake.clear()
+
+    def _admit(self) -> None:
+        """First come, first served: the oldest queued job starts when its
+        world size fits the free capacity; nothing overtakes it."""
+        free = cluster_capacity()
+        for key, used in self._usage(self.store.jobs_in_states(ACTIVE)).items():
+            free[key] -= used
+        for job in self.store.jobs_in_states([S.QUEUED]):
+            spec = JobSpec.model_validate(job.spec)
+            sizes = [job.requested_workers] if job.requested_workers else spec.world_sizes()
+            res = spec.resources_per_worker
+            fitting = [n for n in sizes if n * res.cpu <= free["cpu"] + 1e-6
+                       and n * res.gpu <= free["gpu"] + 1e-6]
+            if not fitting:
+                return
+            n = fitting[0]
+            job = self.store.transition(
+                job.id, S.STARTING, expect=S.QUEUED, workers=n, requested_workers=None,
+                attempt=job.attempt + 1, reason=f"admitted at {n} workers",
+            )
+            free["cpu"] -= n * res.cpu
+            free["gpu"] -= n * res.gpu
+            self._spawn(JobRunner(self, job.id))
+
+    def _spawn(self, runner: JobRunner) -> None:
+        with self._lock:
+            self._runners[runner.job_id] = runner
+        runner.start()
+
+    # -- reconciliation -----------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """After a (re)start: reattach to every active job's live worker group,
+        or clear its remains and restart it from its latest checkpoint."""
+        for job in self.store.jobs_in_states(ACTIVE):
+            name = group_name(job.id, job.attempt)
+            group = None
+            if job.workers and job.state is not S.RESTARTING:
+                try:
+                    group = WorkerGroup.attach(name, job.workers)
+                    group.status()
+                except (WorkerGroupError, RankError, ValueError) as e:
+                    logger.info("job %s: group %s not usable: %s", job.id, name, e)
+                    group = None
+            if group is not None:
+                self.store.note(job.id, f"reconciled after a control-plane restart: "
+                                        f"reattached to worker group {name}")
+                self._spawn(JobRunner(self, job.id, attached=group))
+                continue
+            if job.workers:
+                WorkerGroup.reclaim(name, job.workers).shutdown()
+            self._restart_after_loss(job, name)
+
+    def _restart_after_loss(self, job: JobRecord, name: str) -> None:
+        why = f"reconciled after a control-plane restart: worker group {name} is gone"
+        if job.state is S.CANCELLING:
+            self.store.transition(job.id, S.CANCELLED, reason=why)
+            return
+        if job.state is S.SUSPENDING:
+            self.store.transition(job.id, S.SUSPENDED, reason=why, workers=None)
+            return
+        if job.state is S.PREEMPTING:
+            self.store.transition(job.id, S.QUEUED, reason=why)
+            return
+        if job.state is not S.RESTARTING:
+            self.store.transition(job.id, S.RESTARTING,
+                                  reason=f"{why}; restarting from the latest checkpoint")
+        else:
+            self.store.note(job.id, why)
+        self._spawn(JobRunner(self, job.id))
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _job(self, tenant: str, job_id: str) -> JobRecord:
+        job = self.store.get_job(job_id, tenant=tenant)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def _usage(self, jobs: list[JobRecord]) -> dict[str, float]:
+        used = {"cpu": 0.0, "gpu": 0.0}
+        for job in jobs:
+            res = job.spec.get("resources_per_worker", {})
+            used["cpu"] += (job.workers or 0) * res.get("cpu", 1.0)
+            used["gpu"] += (job.workers or 0) * res.get("gpu", 0.0)
+        return used
+
+    def _check_fits(self, spec: JobSpec, workers: int) -> None:
+        capacity = cluster_capacity()
+        res = spec.resources_per_worker
+        for key, per in (("cpu", res.cpu), ("gpu", res.gpu)):
+            if workers * per > capacity[key] + 1e-6:
+                raise CapacityError(
+                    f"{workers} workers x {per:g} {key} need {workers * per:g} {key}, but the "
+                    f"cluster has {capacity[key]:g} {key} in total: the job could never start"
+                )
