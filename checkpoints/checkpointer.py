@@ -5,7 +5,8 @@ Every rank calls every public method, in the same order. A save:
 1. rank 0 checks the step directory is fresh and snapshots `extra` (all ranks
    learn the outcome: one refusal raises everywhere);
 2. DCP writes each rank's shards and rank 0's `.metadata` (`dcp.save`, or
-   `dcp.async_save` on a thread while training goes on);
+   `dcp.async_save` on a thread while training goes on, from a staging copy
+   of the state that is kept and reused from one async save to the next);
 3. each rank hashes its own files; the digests are gathered;
 4. rank 0 hashes `.metadata` and writes the signed manifest, last: the commit;
    then retention and the clean-up of torn steps older than it.
@@ -28,6 +29,7 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from checkpoints import layout
 from checkpoints.collective import CheckpointGroup
@@ -78,6 +80,7 @@ class Checkpointer:
         self.group = CheckpointGroup(timeout_s=timeout_s)
         self._in_flight: tuple[int, Future[Manifest]] | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._stager: DefaultStager | None = None
 
     # -- save ------------------------------------------------------------------
 
@@ -96,7 +99,24 @@ class Checkpointer:
         training may then change it. Waits for the previous save first."""
         self.wait()
         extra = self._prepare(step, extra)
-        upload = dcp.async_save(state_dict, **self._dcp_args(step))
+        if self._stager is None:
+            # Keeps the staging copy between saves (keyed by the live tensors'
+            # storages): a save copies into it instead of allocating a fresh
+            # copy of the state each time, which is most of the stall. It costs
+            # one copy of this rank's state in CPU memory while the checkpointer
+            # lives. Reuse is safe: the previous save is over (`wait` above).
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=False,
+                    use_shared_memory=False,
+                    use_async_staging=False,  # staged when this returns: training may go on
+                    use_non_blocking_copy=False,
+                )
+            )
+        # The state is on CPU once staged: no copy-ahead buffer in the writer
+        # (what FileSystemWriter's own stage() sets).
+        writer_args = self._dcp_args(step, per_thread_copy_ahead=0)
+        upload = dcp.async_save(state_dict, async_stager=self._stager, **writer_args)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
         commit = self._executor.submit(self._write_and_commit, step, extra, upload.result)
@@ -183,6 +203,9 @@ class Checkpointer:
         finally:
             if self._executor is not None:
                 self._executor.shutdown()
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
             self.group.close()
 
     # -- internals -------------------------------------------------------------
@@ -269,9 +292,9 @@ class Checkpointer:
     def _dist_args(self) -> dict[str, Any]:
         return {"process_group": self.group.pg, "no_dist": not self.group.distributed}
 
-    def _dcp_args(self, step: int) -> dict[str, Any]:
+    def _dcp_args(self, step: int, **writer_args: Any) -> dict[str, Any]:
         uri, options = self.store.step_uri(step), self.store.storage_options
-        writer = FsspecWriter(uri, overwrite=False, **options)
+        writer = FsspecWriter(uri, overwrite=False, **writer_args, **options)
         return {"storage_writer": writer, **self._dist_args()}
 
     def _reader(self, step: int) -> FsspecReader:

@@ -183,6 +183,23 @@ def test_async_save_returns_once_staged_and_commits_on_wait(make_checkpointer):
     assert not loaded["big"].any()
 
 
+def test_async_saves_of_the_same_tensors_each_keep_their_own_values(make_checkpointer):
+    # The staging copy is kept and reused between async saves: each save must
+    # still record the values of its own step, not the previous one's.
+    checkpointer = make_checkpointer(keep_last=None)
+    live = state(1.0) | {"big": torch.zeros(2 << 20)}
+    for step in (1, 2, 3):
+        live["big"].fill_(float(step))
+        live["model"]["w"].fill_(float(step))
+        checkpointer.async_save(step, live)
+        live["big"].fill_(-1.0)  # training goes on while the save is in flight
+    checkpointer.wait()
+    for step in (1, 2, 3):
+        loaded = blank() | {"big": torch.empty(2 << 20)}
+        checkpointer.load(loaded, step=step)
+        assert torch.all(loaded["big"] == step) and torch.all(loaded["model"]["w"] == step)
+
+
 def test_a_second_async_save_waits_for_the_first(make_checkpointer):
     checkpointer = make_checkpointer()
     checkpointer.async_save(1, state(1.0))
