@@ -1,106 +1,64 @@
 """The `brigade` command.
 
-    brigade serve                 start Brigade on embedded defaults (a local Ray
-                                  cluster); until the REST API lands it runs a
-                                  demo training job and prints its progress
-    brigade train job.yaml -n 2   run one job on the Ray cluster and print its metrics
+    brigade serve [--host --port --data-dir --ray-address]
+                            start the service (REST API + control plane on Ray);
+                            prints the URL and the admin key
+    brigade submit job.yaml submit a job spec (YAML or JSON); prints the job id
+    brigade jobs [--state S]            list jobs
+    brigade get ID                      one job, as JSON
+    brigade logs ID [-f]                its log; -f follows it with a progress bar
+    brigade cancel|suspend ID           stop it (suspend: checkpoint first)
+    brigade resume ID [--workers N]     queue a suspended job again
+    brigade checkpoints ID              its committed checkpoints
+    brigade train job.yaml -n 2         run one engine config straight on Ray,
+                                        without the service (a developer's tool)
 
-The CLI never imports torch: the engine runs inside the rank actors.
+Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY; by
+default the admin key of a local `brigade serve`). The CLI never imports torch.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import typer
-import yaml
+
+from api.cli_jobs import register_job_commands
+from api.cli_train import train
+from api.listener import bind_listener, url_of
+from service.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
-
-DEMO_JOB = {
-    "model": {"n_layers": 2, "d_model": 64, "n_heads": 4, "seq_len": 64},
-    "data": {"source": "builtin"},
-    "sharding": {"strategy": "full_shard"},
-    "optim": {"lr": 3e-3, "warmup_steps": 10},
-    "train": {"steps": 100, "global_batch": 8},
-}
-
-
-def _connect(address: str | None, num_cpus: int | None) -> None:
-    import ray
-
-    if address:
-        ray.init(address=address)
-    else:
-        # A cluster of our own on this machine; Ray keeps its token auth on.
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
-
-
-def _run(config: dict, workers: int, cpus_per_worker: float, pretty: bool) -> int:
-    from workers.config import ConfigError
-    from workers.errors import WorkerGroupError
-    from workers.group import WorkerGroup
-
-    try:
-        with WorkerGroup(workers, cpus_per_worker=cpus_per_worker) as group:
-            typer.echo(f"worker group: {workers} ranks, backend {group.backend}, "
-                       f"rendezvous {group.rendezvous[0]}:{group.rendezvous[1]}", err=True)
-            run = group.start_training(config)
-            seen = 0
-            while (result := run.wait(timeout_s=1.0)) is None:
-                seen = _print_progress(run.progress(), seen, pretty)
-            _print_progress(result[0], seen, pretty)
-    except (ConfigError, WorkerGroupError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
-        return 1
-    return 0
-
-
-def _print_progress(metrics: list[dict], seen: int, pretty: bool) -> int:
-    for m in metrics[seen:]:
-        if pretty:
-            typer.echo(
-                f"step {m['step']:>4}  loss {m['loss']:.4f}  lr {m['lr']:.2e}  "
-                f"{m['tokens_per_s']:,.0f} tok/s  comm {m['comm_bytes'] / 1e6:.2f} MB "
-                f"(theory {m['comm_bytes_theory'] / 1e6:.2f})"
-            )
-        else:
-            typer.echo(json.dumps(m))
-    return max(seen, len(metrics))
+register_job_commands(app)
+app.command()(train)
 
 
 @app.command()
 def serve(
-    ray_address: str = typer.Option(None, envvar="BRIGADE_RAY_ADDRESS", help="an existing Ray cluster"),
-    workers: int = typer.Option(2, help="ranks of the demo job"),
-    steps: int = typer.Option(DEMO_JOB["train"]["steps"], help="steps of the demo job"),
+    host: str = typer.Option(None, help="address to listen on [default: 127.0.0.1]"),
+    port: int = typer.Option(None, help="port to listen on; 0 picks a free one [default: 8000]"),
+    data_dir: Path = typer.Option(None, help="database, checkpoints and keys [default: ./.data]"),
+    ray_address: str = typer.Option(None, help="an existing Ray cluster [default: start a local one]"),
 ) -> None:
-    """Start Brigade on embedded defaults. Until the REST API exists this runs a
-    demo job: a tiny GPT on the built-in corpus, FSDP2 across Ray actors."""
-    _connect(ray_address, num_cpus=max(workers, 2))
-    started = time.perf_counter()
-    config = DEMO_JOB | {"train": DEMO_JOB["train"] | {"steps": steps}}
-    code = _run(config, workers, 1.0, pretty=True)
-    typer.echo(f"demo job finished in {time.perf_counter() - started:.1f} s", err=True)
-    raise typer.Exit(code)
+    """Start Brigade: the control plane on Ray and the REST API."""
+    import uvicorn
 
+    from api.app import create_app
+    from service.runtime import build_supervisor
 
-@app.command()
-def train(
-    config_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job config YAML"),
-    workers: int = typer.Option(1, "--workers", "-n", help="ranks (world size)"),
-    cpus_per_worker: float = typer.Option(1.0, help="CPUs reserved per rank"),
-    ray_address: str = typer.Option(None, envvar="BRIGADE_RAY_ADDRESS", help="an existing Ray cluster"),
-) -> None:
-    """Run one job on Ray and print one JSON line of metrics per step."""
-    config = yaml.safe_load(config_file.read_text()) or {}
-    if not isinstance(config, dict):
-        typer.echo("error: the job config must be a mapping of sections", err=True)
-        raise typer.Exit(2)
-    _connect(ray_address, num_cpus=None)
-    raise typer.Exit(_run(config, workers, cpus_per_worker, pretty=False))
+    given = {"host": host, "port": port, "data_dir": data_dir and str(data_dir),
+             "ray_address": ray_address}
+    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    listener = bind_listener(settings.host, settings.port)  # bound now: the URL printed is real
+    supervisor = build_supervisor(settings)  # joins or starts Ray, reconciles, starts supervising
+    try:
+        server = uvicorn.Server(uvicorn.Config(create_app(supervisor), log_level="info"))
+        typer.echo(f"Brigade API on {url_of(listener)}")
+        typer.echo(f"admin key: {settings.resolved_admin_key()}")
+        server.run(sockets=[listener])
+    finally:
+        supervisor.stop()
+        listener.close()
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
     pg_timeout_s: float = 30.0  # a hung collective fails after this
     max_body_bytes: int = 1 << 20
+    stream_max_s: float = 600.0  # a followed log stream closes after this; clients reconnect
 
     @model_validator(mode="after")
     def _no_default_secrets_in_production(self) -> Settings:

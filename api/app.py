@@ -1,0 +1,25 @@
+"""The REST API: `create_app(supervisor)` builds it around a running control
+plane. Importing this module starts nothing (no Ray, no database, no torch).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from api.body_limit import BodySizeLimit
+from api.errors import install_error_handlers
+from api.routes import cluster, health, jobs, logs
+
+
+def create_app(supervisor) -> FastAPI:
+    """The app for this supervisor: its store, its settings, its admin key."""
+    settings = supervisor.settings
+    app = FastAPI(title="Brigade", version="0.1.0",
+                  description="Multi-tenant FSDP2 training on Ray.")
+    app.state.supervisor = supervisor
+    app.state.admin_key = settings.resolved_admin_key()
+    for module in (jobs, logs, cluster, health):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

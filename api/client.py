@@ -1,0 +1,198 @@
+"""The Python client (SDK) for Brigade's REST API, on the API's own schemas.
+
+    with BrigadeClient("http://127.0.0.1:8000", api_key) as brigade:
+        job = brigade.submit({"model": {...}, "train": {"steps": 40}})
+        for line in brigade.logs(job.id, follow=True):
+            print(line.line)
+        print(brigade.get(job.id).state)
+
+Every non-2xx answer raises `BrigadeError(status, message)`; a server that
+cannot be reached raises httpx's own `httpx.TransportError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import TypeAdapter
+
+from api.schemas import (
+    CheckpointPublic,
+    ClusterPublic,
+    EventPublic,
+    HealthPublic,
+    JobProgress,
+    JobPublic,
+    JobsPublic,
+    LogLine,
+    MetricRow,
+    WorkerPublic,
+)
+from service.spec import JobSpec
+from service.states import JobState
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+STREAM_READ_TIMEOUT_S = 60.0  # the server sends at least a heartbeat every 15 s
+
+T = TypeVar("T")
+
+
+class BrigadeError(Exception):
+    """A non-2xx answer: its status, and the server's message (naming the field)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None):
+        super().__init__(f"{status}: {message}")
+        self.status, self.message, self.field = status, message, field
+
+
+class BrigadeClient:
+    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None,
+                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
+                                  timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> BrigadeClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # Jobs
+
+    def submit(self, spec: dict | JobSpec, idempotency_key: str | None = None) -> JobPublic:
+        body = spec.model_dump(mode="json", by_alias=True) if isinstance(spec, JobSpec) else spec
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self._call(JobPublic, "POST", "/v1/jobs", json=body, headers=headers)
+
+    def jobs(self, state: str | JobState | Iterable[str | JobState] | None = None,
+             limit: int = 50, offset: int = 0) -> JobsPublic:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state:
+            states = [state] if isinstance(state, str | JobState) else list(state)
+            params["state"] = ",".join(JobState(s).value if isinstance(s, JobState) else s for s in states)
+        return self._call(JobsPublic, "GET", "/v1/jobs", params=params)
+
+    def get(self, job_id: str) -> JobPublic:
+        return self._call(JobPublic, "GET", f"/v1/jobs/{job_id}")
+
+    def cancel(self, job_id: str) -> JobPublic:
+        return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/cancel")
+
+    def suspend(self, job_id: str) -> JobPublic:
+        return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/suspend")
+
+    def resume(self, job_id: str, workers: int | None = None) -> JobPublic:
+        body = {"workers": workers} if workers is not None else None
+        return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/resume", json=body)
+
+    def wait(self, job_id: str, timeout_s: float = 600.0, poll_s: float = 0.5,
+             until: Iterable[JobState] | None = None) -> JobPublic:
+        """Poll until the job is in one of `until` (default: any final state)."""
+        wanted = set(until) if until is not None else {s for s in JobState if s.is_terminal}
+        deadline = time.monotonic() + timeout_s
+        while (job := self.get(job_id)).state not in wanted:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job.state.value} after {timeout_s} s")
+            time.sleep(poll_s)
+        return job
+
+    # What a job leaves behind
+
+    def events(self, job_id: str) -> list[EventPublic]:
+        return self._call(list[EventPublic], "GET", f"/v1/jobs/{job_id}/events")
+
+    def metrics(self, job_id: str, since_step: int = 0) -> list[MetricRow]:
+        return self._call(list[MetricRow], "GET", f"/v1/jobs/{job_id}/metrics",
+                          params={"since_step": since_step})
+
+    def logs(self, job_id: str, follow: bool = False, after_id: int = 0) -> list[LogLine] | Iterator[LogLine]:
+        """The log lines after `after_id`; with `follow`, a generator of lines
+        that ends when the job does."""
+        if follow:
+            return (e for e in self.follow(job_id, after_id) if isinstance(e, LogLine))
+        return self._call(list[LogLine], "GET", f"/v1/jobs/{job_id}/logs", params={"after_id": after_id})
+
+    def follow(self, job_id: str, after_id: int = 0) -> Iterator[LogLine | JobProgress]:
+        """The job's log stream: its lines, and its progress whenever the state
+        or step changes; the last item is the final progress. A stream the
+        server closes early is picked up again after the last line seen."""
+        while True:
+            started = time.monotonic()
+            for event in self._stream_once(job_id, after_id):
+                yield event
+                if isinstance(event, LogLine):
+                    after_id = event.id
+                elif event.state.is_terminal:
+                    return
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))  # at most a reconnect a second
+
+    def _stream_once(self, job_id: str, after_id: int) -> Iterator[LogLine | JobProgress]:
+        timeout = httpx.Timeout(self._http.timeout.connect, read=STREAM_READ_TIMEOUT_S)
+        params = {"follow": "true", "after_id": after_id}
+        with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=timeout) as r:
+            if not r.is_success:
+                r.read()
+                raise _error(r)
+            for kind, data in _server_sent_events(r.iter_lines()):
+                if kind == "log":
+                    yield LogLine.model_validate_json(data)
+                elif kind in ("progress", "end"):
+                    yield JobProgress.model_validate_json(data)
+
+    def checkpoints(self, job_id: str) -> list[CheckpointPublic]:
+        return self._call(list[CheckpointPublic], "GET", f"/v1/jobs/{job_id}/checkpoints")
+
+    def workers(self, job_id: str) -> list[WorkerPublic]:
+        return self._call(list[WorkerPublic], "GET", f"/v1/jobs/{job_id}/workers")
+
+    # The service
+
+    def cluster(self) -> ClusterPublic:
+        return self._call(ClusterPublic, "GET", "/v1/cluster")
+
+    def health(self) -> HealthPublic:
+        return self._call(HealthPublic, "GET", "/healthz")
+
+    def _call(self, schema: type[T], method: str, path: str, **kwargs) -> T:
+        response = self._http.request(method, path, **kwargs)
+        if not response.is_success:
+            raise _error(response)
+        return _adapter(schema).validate_json(response.content)
+
+
+_adapter = functools.cache(TypeAdapter)  # one validator per response type
+
+
+def _error(response: httpx.Response) -> BrigadeError:
+    try:
+        error = response.json()["error"]
+        return BrigadeError(response.status_code, error["message"], error.get("field"))
+    except (ValueError, KeyError, TypeError):
+        return BrigadeError(response.status_code, response.text[:500] or response.reason_phrase)
+
+
+def _server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(event, data) for each event of a text/event-stream; comments skipped."""
+    kind, data = "message", []
+    for line in lines:
+        if not line:
+            if data:
+                yield kind, "\n".join(data)
+            kind, data = "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                kind = value
+            elif name == "data":
+                data.append(value)

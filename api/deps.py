@@ -1,0 +1,65 @@
+"""Dependencies the routes declare: who is asking, and what they may reach.
+
+    CurrentTenant   the tenant whose key is in `Authorization: Bearer <key>`
+    SupervisorDep   the control plane (`service.supervisor.Supervisor`)
+    StoreDep        its job store
+    OwnedJob        the path's job, if it is the tenant's (404 otherwise)
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+
+from api.errors import not_found
+
+ADMIN_TENANT = "admin"
+_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
+
+
+def _supervisor(request: Request):
+    return request.app.state.supervisor
+
+
+SupervisorDep = Annotated[Any, Depends(_supervisor)]
+
+
+def _store(supervisor: SupervisorDep):
+    return supervisor.store
+
+
+StoreDep = Annotated[Any, Depends(_store)]
+
+
+def _current_tenant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    """Until tenants exist, the admin key is the one tenant, "admin"."""
+    presented = credentials.credentials.encode() if credentials else b""
+    expected = request.app.state.admin_key.encode()
+    if not presented or not hmac.compare_digest(presented, expected):
+        message = "missing API key" if not credentials else "invalid API key"
+        raise HTTPException(401, f"{message}: send 'Authorization: Bearer <key>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return ADMIN_TENANT
+
+
+CurrentTenant = Annotated[str, Depends(_current_tenant)]
+
+
+def _owned_job(job_id: Annotated[str, Path()], tenant: CurrentTenant, store: StoreDep):
+    """The job, or 404 alike for an unknown id and another tenant's."""
+    job = store.get_job(job_id, tenant=tenant) if _JOB_ID.match(job_id) else None
+    if job is None:
+        raise not_found("job", job_id)
+    return job
+
+
+OwnedJob = Annotated[Any, Depends(_owned_job)]

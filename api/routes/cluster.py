@@ -1,0 +1,22 @@
+"""The cluster as the control plane sees it: capacity, usage and the queue."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import CurrentTenant, SupervisorDep
+from api.routes.jobs import ERRORS
+from api.schemas import ClusterPublic, QueuedJob
+
+router = APIRouter(prefix="/v1/cluster", tags=["cluster"], responses=ERRORS)
+
+
+@router.get("")
+def cluster_status(tenant: CurrentTenant, supervisor: SupervisorDep) -> ClusterPublic:
+    """Other tenants' queued jobs count, but are not named."""
+    status = supervisor.cluster_status()
+    queue = status["queue"]
+    own = [QueuedJob(id=q["id"], name=q["name"], position=place)
+           for place, q in enumerate(queue, start=1) if q["tenant"] == tenant]
+    return ClusterPublic(capacity=status["capacity"], usage=status["usage"],
+                         running_jobs=status["running_jobs"], queued_jobs=len(queue), queue=own)

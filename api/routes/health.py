@@ -1,0 +1,49 @@
+"""Liveness and Prometheus metrics; neither needs a key (no tenant's data)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+
+from api.deps import ADMIN_TENANT, StoreDep, SupervisorDep
+from api.schemas import HealthPublic
+from service.states import JobState
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4"
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> HealthPublic:
+    return HealthPublic(status="ok")
+
+
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"content": {PROMETHEUS_TEXT: {}}, "description": "Prometheus text format"}})
+def prometheus_metrics(store: StoreDep, supervisor: SupervisorDep) -> PlainTextResponse:
+    cluster = supervisor.cluster_status()
+    text = _gauge("brigade_jobs", "Jobs by state.", "state", _job_counts(store))
+    for part in ("capacity", "usage"):
+        text += _gauge(f"brigade_cluster_{part}", f"Cluster {part} by resource.", "resource",
+                       cluster[part])
+    text += _gauge("brigade_queue_length", "Jobs waiting for capacity.", None,
+                   {None: len(cluster["queue"])})
+    return PlainTextResponse(text, media_type=PROMETHEUS_TEXT)
+
+
+def _job_counts(store) -> dict[str, int]:
+    # Until tenants exist (step 4) the admin tenant's jobs are all the jobs.
+    return {state.value: store.list_jobs(tenant=ADMIN_TENANT, states=[state], limit=1)[1]
+            for state in JobState}
+
+
+def _gauge(name: str, help_: str, label: str | None, values: dict) -> str:
+    lines = [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+    for key, value in values.items():
+        labels = f'{{{label}="{_escape(str(key))}"}}' if label else ""
+        lines.append(f"{name}{labels} {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,0 +1,130 @@
+"""Jobs: submit, list, look at, cancel, suspend and resume; and what a job
+leaves behind (events, per-step metrics, committed checkpoints, workers).
+Logs have their own module (`api.routes.logs`): they stream."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Query, Response
+
+from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep
+from api.errors import ApiError
+from api.schemas import (
+    CheckpointPublic,
+    ErrorPublic,
+    EventPublic,
+    JobCreate,
+    JobPublic,
+    JobsPublic,
+    MetricRow,
+    ResumeRequest,
+    WorkerPublic,
+)
+from service.states import JobState
+
+MAX_PAGE = 500
+MAX_INDEX = 2**62  # offsets, steps and ids stay inside a database's BIGINT
+
+ERRORS = {code: {"model": ErrorPublic} for code in (401, 404, 409, 413, 422)}
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
+
+Index = Annotated[int, Query(ge=0, le=MAX_INDEX)]
+
+
+@router.post("", status_code=201, response_model=JobPublic,
+             responses={200: {"model": JobPublic, "description": "an idempotent retry: the job"}})
+def submit_job(
+    spec: JobCreate,
+    tenant: CurrentTenant,
+    supervisor: SupervisorDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+    ] = None,
+) -> JobPublic:
+    """Queue a job. With an `Idempotency-Key`, a retried submit returns the
+    job the first one made (200) instead of making another."""
+    job, created = supervisor.submit(tenant, spec, idempotency_key)
+    if not created:
+        response.status_code = 200
+    return JobPublic.model_validate(job)
+
+
+@router.get("")
+def list_jobs(
+    tenant: CurrentTenant,
+    store: StoreDep,
+    state: Annotated[list[str] | None, Query(description="repeated or comma-separated")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    offset: Index = 0,
+) -> JobsPublic:
+    items, total = store.list_jobs(tenant=tenant, states=parse_states(state), limit=limit, offset=offset)
+    return JobsPublic(items=[JobPublic.model_validate(j) for j in items],
+                      total=total, limit=limit, offset=offset)
+
+
+@router.get("/{job_id}")
+def get_job(job: OwnedJob) -> JobPublic:
+    return JobPublic.model_validate(job)
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> JobPublic:
+    return JobPublic.model_validate(supervisor.cancel(tenant, job.id))
+
+
+@router.post("/{job_id}/suspend")
+def suspend_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> JobPublic:
+    """Checkpoint, then stop; the job waits in SUSPENDED until resumed."""
+    return JobPublic.model_validate(supervisor.suspend(tenant, job.id))
+
+
+@router.post("/{job_id}/resume")
+def resume_job(
+    job: OwnedJob,
+    tenant: CurrentTenant,
+    supervisor: SupervisorDep,
+    body: Annotated[ResumeRequest | None, Body()] = None,
+) -> JobPublic:
+    """Queue a suspended job again, from its latest checkpoint; optionally at
+    another world size (`{"workers": N}`)."""
+    workers = body.workers if body else None
+    return JobPublic.model_validate(supervisor.resume(tenant, job.id, workers))
+
+
+@router.get("/{job_id}/events")
+def job_events(job: OwnedJob, store: StoreDep) -> list[EventPublic]:
+    return [EventPublic.model_validate(e) for e in store.events(job.id)]
+
+
+@router.get("/{job_id}/metrics")
+def job_metrics(
+    job: OwnedJob,
+    store: StoreDep,
+    since_step: Index = 0,
+    limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+) -> list[MetricRow]:
+    """One row per step, from `since_step` on."""
+    return [MetricRow.model_validate(m) for m in store.metrics(job.id, since_step=since_step, limit=limit)]
+
+
+@router.get("/{job_id}/checkpoints")
+def job_checkpoints(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[CheckpointPublic]:
+    """Committed checkpoints only, oldest first."""
+    return [CheckpointPublic.model_validate(c) for c in supervisor.checkpoints(tenant, job.id)]
+
+
+@router.get("/{job_id}/workers")
+def job_workers(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[WorkerPublic]:
+    return [WorkerPublic.model_validate(w) for w in supervisor.workers(tenant, job.id)]
+
+
+def parse_states(values: list[str] | None) -> list[JobState] | None:
+    """`?state=RUNNING&state=QUEUED` or `?state=RUNNING,QUEUED` (any case)."""
+    names = [n.strip().upper() for v in values or () for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in JobState.__members__]
+    if unknown:
+        known = ", ".join(JobState.__members__)
+        raise ApiError(422, f"state: unknown state {unknown[0][:40]!r} (known: {known})", "state")
+    return [JobState[n] for n in names] or None

@@ -1,0 +1,139 @@
+"""What the REST API takes and returns: one schema family per resource.
+
+The client (`api.client`) parses responses with these same models. A job's
+request body is the control plane's own `JobSpec` (`JobCreate`), so the API
+refuses exactly what the control plane would.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.spec import MAX_WORKERS, JobSpec
+from service.states import JobState
+
+JobCreate = JobSpec
+
+
+class _Public(BaseModel):
+    """Built from the store's records (attributes) or the supervisor's dicts."""
+
+    model_config = ConfigDict(from_attributes=True, extra="ignore")
+
+
+class CheckpointRef(_Public):
+    step: int
+    world_size: int
+
+
+class JobPublic(_Public):
+    id: str
+    name: str
+    state: JobState
+    spec: dict[str, Any]
+    priority: int = 0
+    workers: int | None = None  # the current world size; None before a group is launched
+    step: int = 0
+    restarts: int = 0
+    preemptions: int = 0
+    latest_checkpoint: CheckpointRef | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+
+
+class JobsPublic(BaseModel):
+    items: list[JobPublic]
+    total: int
+    limit: int
+    offset: int
+
+
+class ResumeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
+
+
+class EventPublic(_Public):
+    id: int
+    time: datetime
+    from_state: JobState | None = None
+    to_state: JobState
+    reason: str = ""
+
+
+class MetricRow(_Public):
+    """One training step, as the ranks measured it (see the README)."""
+
+    step: int
+    loss: float | None = None
+    lr: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = None
+    peak_mem_bytes: int | None = None
+    mem_theory_bytes: int | None = None
+    comm_bytes: int | None = None
+    comm_bytes_theory: float | None = None
+
+
+class LogLine(_Public):
+    id: int
+    time: datetime
+    line: str
+
+
+class JobProgress(BaseModel):
+    """What a log stream says besides its lines: the job's state and step."""
+
+    state: JobState
+    step: int
+    steps: int | None = None  # the spec's train.steps
+
+
+class CheckpointPublic(_Public):
+    step: int
+    world_size: int
+    bytes: int
+    created_at: datetime | None = None
+    uri: str
+
+
+class WorkerPublic(_Public):
+    rank: int
+    node: str | None = None
+    pid: int | None = None
+    state: str
+
+
+class QueuedJob(_Public):
+    id: str
+    name: str
+    position: int  # 1: the next to start
+
+
+class ClusterPublic(_Public):
+    capacity: dict[str, float]  # "cpu", "gpu": the live nodes' totals
+    usage: dict[str, float]  # what active jobs hold
+    running_jobs: int  # active jobs (holding workers), every tenant's
+    queued_jobs: int  # queued jobs, every tenant's
+    queue: list[QueuedJob]  # the caller's own queued jobs, with their place in line
+
+
+class HealthPublic(BaseModel):
+    status: str
+
+
+class ErrorBody(BaseModel):
+    message: str
+    field: str | None = None  # the offending field's dotted path, where there is one
+
+
+class ErrorPublic(BaseModel):
+    """Every error the API returns, whatever the status."""
+
+    error: ErrorBody

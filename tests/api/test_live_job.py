@@ -1,0 +1,66 @@
+"""One job run for real through the API: a started supervisor admits it, two
+rank actors train it on the session's Ray cluster, and every read route
+shows what happened."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.app import create_app
+from api.client import BrigadeClient
+from api.schemas import JobProgress, LogLine
+from service.states import JobState
+from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.live_server import LiveServer
+
+pytestmark = pytest.mark.ray
+
+STEPS = 6
+SPEC = {
+    "name": "live", "workers": 2, "resources_per_worker": {"cpu": 1},
+    "model": {"n_layers": 2, "d_model": 32, "n_heads": 4, "seq_len": 32},
+    "train": {"steps": STEPS, "global_batch_size": 4},
+    "checkpoint": {"every_steps": 3, "keep_last": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def live_client(tmp_path_factory, ray_cluster):
+    supervisor = make_supervisor(tmp_path_factory.mktemp("live"))
+    supervisor.start()
+    try:
+        with LiveServer(create_app(supervisor)) as server, BrigadeClient(server.url, ADMIN_KEY) as client:
+            yield client
+    finally:
+        supervisor.stop()
+
+
+def test_a_job_runs_to_success_and_every_route_tells_of_it(live_client):
+    client = live_client
+    job = client.submit(SPEC)
+    seen_workers, states = [], []
+    for event in client.follow(job.id):
+        if isinstance(event, JobProgress):
+            states.append(event.state)
+            if event.state is JobState.RUNNING and not seen_workers:
+                seen_workers = client.workers(job.id)
+    assert states[-1] is JobState.SUCCEEDED, client.get(job.id).error
+    assert JobState.RUNNING in states
+
+    done = client.get(job.id)
+    assert (done.step, done.workers, done.restarts) == (STEPS, 2, 0)
+    assert done.started_at and done.finished_at and done.latest_checkpoint.step == STEPS
+
+    assert sorted(w.rank for w in seen_workers) == [0, 1] and all(w.pid for w in seen_workers)
+    metrics = client.metrics(job.id)
+    assert [m.step for m in metrics] == list(range(1, STEPS + 1))
+    assert all(m.loss > 0 and m.comm_bytes > 0 and m.comm_bytes_theory > 0 for m in metrics)
+
+    checkpoints = client.checkpoints(job.id)
+    assert [c.step for c in checkpoints] == [3, 6]
+    assert all(c.world_size == 2 and c.bytes > 0 and c.uri for c in checkpoints)
+
+    transitions = [e.to_state for e in client.events(job.id)]
+    assert transitions[0] is JobState.QUEUED and transitions[-1] is JobState.SUCCEEDED
+    assert client.logs(job.id) and all(isinstance(line, LogLine) for line in client.logs(job.id))
+    assert client.workers(job.id) == []  # released
