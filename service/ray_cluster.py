@@ -51,7 +51,7 @@ class LocalRayCluster:
         state = self._read()
         if state and _alive(state["pid"]):
             # `ray start --block` stops the node's processes when it is terminated.
-            os.killpg(state["pid"], signal.SIGTERM)
+            os.kill(state["pid"], signal.SIGTERM)
             deadline = time.monotonic() + 20
             while _alive(state["pid"]) and time.monotonic() < deadline:
                 time.sleep(0.2)

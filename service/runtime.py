@@ -19,6 +19,15 @@ def build_supervisor(settings: Settings) -> Supervisor:
     connect(address)
     store = JobStore(settings.resolved_database_url)
     store.migrate()
-    supervisor = Supervisor(settings, store, on_stop=local.stop if local else None)
+    supervisor = Supervisor(settings, store, on_stop=lambda: _disconnect(store, local))
     supervisor.start()
     return supervisor
+
+
+def _disconnect(store: JobStore, local: LocalRayCluster | None) -> None:
+    import ray
+
+    store.dispose()
+    ray.shutdown()  # leave the cluster before (maybe) stopping the head
+    if local is not None:
+        local.stop()

@@ -10,6 +10,7 @@ config, so a bad job is refused at submit, not at run time.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -21,7 +22,7 @@ MAX_WORKERS = 1024
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class WorkerRange(_Strict):
@@ -52,6 +53,13 @@ class ModelSpec(_Strict):
 class DataSpec(_Strict):
     source: Literal["builtin", "synthetic", "uri"] = "builtin"
     uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+
+    @field_validator("uri")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("data.uri must not contain control characters")
+        return value
 
     @model_validator(mode="after")
     def _uri_with_source(self) -> DataSpec:
@@ -144,7 +152,26 @@ class JobSpec(_Strict):
         """Raise ConfigError, with the engine's reason, unless some world size
         in min..max can run this job."""
         if not self.world_sizes():
-            JobConfig.from_dict(self.engine_config()).validate(self.min_workers)
+            try:
+                JobConfig.from_dict(self.engine_config()).validate(self.min_workers)
+            except ConfigError as e:
+                raise ConfigError(_spec_names(str(e))) from None
+
+
+# The engine's field names, as the job spec spells them.
+_SPEC_NAMES = {
+    r"\btrain\.global_batch\b": "train.global_batch_size",
+    r"\btrain\.micro_batch\b": "train.micro_batch_size",
+    r"\bmodel\.kind\b": "model.family",
+    r"\bcheckpoint\.interval_steps\b": "checkpoint.every_steps",
+    r"\boptim\.": "train.",
+}
+
+
+def _spec_names(message: str) -> str:
+    for engine, spec in _SPEC_NAMES.items():
+        message = re.sub(engine, spec, message)
+    return message
 
 
 def _runs(engine: JobConfig, world_size: int) -> bool:

@@ -1,5 +1,6 @@
 """Fixtures for the checkpoint tests: storage on memory://, file:// and S3
-(the moto server of `s3_server`), a signing secret, stores and checkpointers
+(the moto server of `s3_server`, provided by tests/conftest.py to every test
+directory: one per session, as moto's backend is shared in-process), a signing secret, stores and checkpointers
 of one job, and a one-rank gloo process group."""
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import uuid
 import fsspec
 import pytest
 from ckpt_harness import SECRET, init_single_rank
-
-from tests.checkpoints.s3_server import moto_s3, s3_bucket  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

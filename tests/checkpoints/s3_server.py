@@ -34,7 +34,9 @@ def moto_s3():
         "secret": "test",
         "client_kwargs": {"endpoint_url": f"http://{host}:{port}"},
     }
-    fsspec.filesystem("s3", **options).mkdir(S3_BUCKET)
+    fs = fsspec.filesystem("s3", **options)
+    if not fs.exists(S3_BUCKET):  # moto's backend is per process, shared by its servers
+        fs.mkdir(S3_BUCKET)
     try:
         yield options
     finally:
