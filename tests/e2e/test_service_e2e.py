@@ -185,3 +185,25 @@ def test_a_killed_server_reconciles_and_the_job_finishes_once(tmp_path):
         assert steps == list(range(1, 151))
     finally:
         server.stop()
+
+
+def test_cancelling_a_running_job_releases_its_workers(server):
+    job = server.submit(spec(2000))
+    server.wait(job["id"], lambda j: j["state"] == "RUNNING" and j["step"] >= 2)
+    ranks = server.get(f"/v1/jobs/{job['id']}/workers")
+    assert [w["rank"] for w in ranks] == [0, 1] and all(w["pid"] for w in ranks)
+    r = server.http.post(f"/v1/jobs/{job['id']}/cancel")
+    assert r.status_code == 200 and r.json()["state"] == "CANCELLING", r.text
+    deadline = time.monotonic() + 60
+    while server.job(job["id"])["state"] != "CANCELLED":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert server.get(f"/v1/jobs/{job['id']}/workers") == []
+    for rank in ranks:  # the rank processes are gone
+        with pytest.raises(ProcessLookupError):
+            for _ in range(50):
+                os.kill(rank["pid"], 0)
+                time.sleep(0.2)
+    # A finished job cannot be cancelled again: 409 with the reason.
+    again = server.http.post(f"/v1/jobs/{job['id']}/cancel")
+    assert again.status_code == 409 and "CANCELLED" in again.text
