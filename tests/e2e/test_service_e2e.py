@@ -207,3 +207,27 @@ def test_cancelling_a_running_job_releases_its_workers(server):
     # A finished job cannot be cancelled again: 409 with the reason.
     again = server.http.post(f"/v1/jobs/{job['id']}/cancel")
     assert again.status_code == 409 and "CANCELLED" in again.text
+
+
+def test_a_server_restart_that_finds_the_workers_gone_resumes_from_the_checkpoint(tmp_path):
+    server = Server(tmp_path).start()
+    try:
+        job = server.submit(spec(150))
+        server.wait(job["id"], lambda j: j["state"] == "RUNNING"
+                    and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
+        ranks = server.get(f"/v1/jobs/{job['id']}/workers")
+        server.kill()
+        for rank in ranks:  # the node lost the job's workers while no server watched
+            os.kill(rank["pid"], signal.SIGKILL)
+        server.start()
+        done = server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED")
+        events = server.get(f"/v1/jobs/{job['id']}/events")
+        gone = [e for e in events if "is gone" in e["reason"]]
+        assert gone and gone[0]["to_state"] == "RESTARTING", json.dumps(events, indent=1)
+        assert [e["to_state"] for e in events].count("STARTING") == 2
+        assert done["restarts"] == 0  # a lost control plane is not the job's failure
+        assert sorted(r["step"] for r in server.get(f"/v1/jobs/{job['id']}/metrics")) == list(
+            range(1, 151)
+        )
+    finally:
+        server.stop()
