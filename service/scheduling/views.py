@@ -1,0 +1,221 @@
+"""What the scheduling policies read: plain frozen values that the supervisor
+builds from its job records and the cluster's capacity, and the arithmetic on
+them that every policy shares (a tenant's usage, its quota headroom).
+
+Nothing here talks to Ray or the database, so a test builds these by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+EPS = 1e-6  # float resources (0.5 gpu) compare with this slack, as the supervisor does
+
+
+@dataclass(frozen=True)
+class Resources:
+    """An amount of the two resources Brigade schedules."""
+
+    cpu: float = 0.0
+    gpu: float = 0.0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.cpu + other.cpu, self.gpu + other.gpu)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu - other.cpu, self.gpu - other.gpu)
+
+    def times(self, n: float) -> Resources:
+        return Resources(self.cpu * n, self.gpu * n)
+
+    def at_least_zero(self) -> Resources:
+        return Resources(max(0.0, self.cpu), max(0.0, self.gpu))
+
+    def fits_in(self, other: Resources) -> bool:
+        return self.cpu <= other.cpu + EPS and self.gpu <= other.gpu + EPS
+
+    def items(self) -> tuple[tuple[str, float], tuple[str, float]]:
+        return (("cpu", self.cpu), ("gpu", self.gpu))
+
+    @staticmethod
+    def total(amounts: Iterable[Resources]) -> Resources:
+        cpu = gpu = 0.0
+        for amount in amounts:
+            cpu, gpu = cpu + amount.cpu, gpu + amount.gpu
+        return Resources(cpu, gpu)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The cluster: everything it has, and what no active job holds now."""
+
+    total: Resources
+    free: Resources
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A tenant's limits; None is no limit. Running limits count every job
+    that holds workers (starting, running, or still releasing them)."""
+
+    max_workers: int | None = None
+    max_gpus: float | None = None
+    max_running_jobs: int | None = None
+    max_queued_jobs: int | None = None
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    name: str
+    quota: Quota = field(default_factory=Quota)
+    max_priority: int = 1000
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"tenant {self.name}: weight must be > 0, not {self.weight}")
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a job asks for: its priority, the world sizes it may run at (within
+    min..max and accepted by the engine), and what one worker needs."""
+
+    priority: int
+    world_sizes: tuple[int, ...]  # normalised: distinct, ascending
+    per_worker: Resources
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "world_sizes", tuple(sorted(set(self.world_sizes))))
+
+    @classmethod
+    def from_spec(cls, spec, world_sizes: Iterable[int] | None = None) -> Demand:
+        """From a `service.spec.JobSpec` (read, not imported); `world_sizes`
+        overrides the spec's (e.g. a resume at a requested size)."""
+        res = spec.resources_per_worker
+        sizes = spec.world_sizes() if world_sizes is None else world_sizes
+        return cls(spec.priority, tuple(sizes), Resources(res.cpu, res.gpu))
+
+    @property
+    def min_workers(self) -> int:
+        return self.world_sizes[0]
+
+    @property
+    def max_workers(self) -> int:
+        return self.world_sizes[-1]
+
+    def at(self, workers: int) -> Resources:
+        return self.per_worker.times(workers)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: str
+    tenant: str
+    created_at: datetime | float  # FCFS order within a tenant; a requeued job keeps its place
+    demand: Demand
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job that holds workers. `leaving`: it is already giving them back
+    (preempting, suspending, cancelling); it is never picked as a victim and
+    what it holds counts as room being made."""
+
+    id: str
+    tenant: str
+    workers: int
+    demand: Demand
+    steps_since_checkpoint: int = 0  # what preempting it now would throw away
+    leaving: bool = False
+
+    @property
+    def holds(self) -> Resources:
+        return self.demand.at(self.workers)
+
+
+def effective_priority(priority: int, tenant: TenantPolicy | None) -> int:
+    """A job's priority, never above what its tenant may use now (a tenant's
+    max_priority lowered after submit caps the jobs it already has)."""
+    return priority if tenant is None else min(priority, tenant.max_priority)
+
+
+@dataclass
+class TenantUsage:
+    """What one tenant's jobs hold; mutable, as a scheduling pass adds to it."""
+
+    workers: int = 0
+    jobs: int = 0
+    held: Resources = Resources()
+
+    def add(self, workers: int, held: Resources, jobs: int = 1) -> None:
+        self.workers += workers
+        self.jobs += jobs
+        self.held = self.held + held
+
+
+def usage_by_tenant(running: Iterable[RunningJob]) -> dict[str, TenantUsage]:
+    usage: dict[str, TenantUsage] = {}
+    for job in running:
+        usage.setdefault(job.tenant, TenantUsage()).add(job.workers, job.holds)
+    return usage
+
+
+def quota_limit(demand: Demand, tenant: TenantPolicy, usage: TenantUsage) -> tuple[float, str]:
+    """The most workers the tenant's running quota leaves for this job, and,
+    where that is below the job's smallest size, why (else "")."""
+    quota, need = tenant.quota, demand.min_workers
+    if quota.max_running_jobs is not None and usage.jobs >= quota.max_running_jobs:
+        return 0, (f"quota: tenant {tenant.name} runs {usage.jobs}/{quota.max_running_jobs} jobs")
+    limit = math.inf
+    if quota.max_workers is not None:
+        limit = quota.max_workers - usage.workers
+        if limit < need:
+            return max(0, limit), (
+                f"quota: tenant {tenant.name} runs {usage.workers}/{quota.max_workers} workers; "
+                f"the job needs at least {need}")
+    gpu = demand.per_worker.gpu
+    if quota.max_gpus is not None and gpu > 0:
+        by_gpus = math.floor((quota.max_gpus - usage.held.gpu + EPS) / gpu)
+        limit = min(limit, by_gpus)
+        if by_gpus < need:
+            return max(0, by_gpus), (
+                f"quota: tenant {tenant.name} uses {usage.held.gpu:g}/{quota.max_gpus:g} gpus; "
+                f"the job needs at least {demand.at(need).gpu:g}")
+    return limit, ""
+
+
+def capacity_limit(per_worker: Resources, available: Resources) -> float:
+    """The most workers of this size that fit in `available`."""
+    limit = math.inf
+    for (_, per), (_, have) in zip(per_worker.items(), available.items()):
+        if per > 0:
+            limit = min(limit, math.floor((max(0.0, have) + EPS) / per))
+    return limit
+
+
+def never_runs(demand: Demand, tenant: TenantPolicy, total: Resources | None = None) -> str:
+    """Why this job could never start, whatever else ends ("" if it could):
+    no valid size, a smallest size over the tenant's quota, or (given the
+    cluster's `total`) over everything the cluster has."""
+    if not demand.world_sizes:
+        return "no world size in min..max is valid for this job"
+    smallest = demand.min_workers
+    need, quota = demand.at(smallest), tenant.quota
+    if total is not None:
+        for (name, needed), (_, have) in zip(need.items(), total.items()):
+            if needed > have + EPS:
+                return (f"capacity: needs {needed:g} {name} at its smallest size ({smallest} "
+                        f"workers); the cluster has {have:g} {name} in total")
+    if quota.max_running_jobs == 0:
+        return f"quota: tenant {tenant.name} may run no jobs"
+    if quota.max_workers is not None and smallest > quota.max_workers:
+        return (f"quota: needs {smallest} workers at its smallest size; tenant {tenant.name} "
+                f"may run {quota.max_workers}")
+    if quota.max_gpus is not None and need.gpu > quota.max_gpus + EPS:
+        return (f"quota: needs {need.gpu:g} gpus at its smallest size; tenant {tenant.name} "
+                f"may use {quota.max_gpus:g}")
+    return ""

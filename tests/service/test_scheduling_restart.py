@@ -1,0 +1,66 @@
+"""RestartPolicy.decide: failures and preemptions apart, capped backoff, a bad node."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.scheduling import Failure, RestartPolicy
+
+policy = RestartPolicy(base_backoff_s=0.5, max_backoff_s=10.0, max_same_node=3)
+
+
+def failures(*nodes, error="rank 1 died"):
+    return [Failure(error, node, rank=1) for node in nodes]
+
+
+@pytest.mark.parametrize("count,backoff", [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (5, 8.0),
+                                           (6, 10.0), (7, 10.0), (20, 10.0)])
+def test_backoff_doubles_up_to_the_cap(count, backoff):
+    decision = policy.decide([Failure("boom", node=f"n{i}") for i in range(count)], 0, 100)
+    assert decision.restart
+    assert decision.backoff_s == backoff
+
+
+@pytest.mark.parametrize("count,max_restarts,restart", [
+    (1, 0, False), (1, 1, True), (3, 3, True), (4, 3, False), (2, 1, False)])
+def test_max_restarts_counts_failures(count, max_restarts, restart):
+    decision = policy.decide(failures(*[None] * count), 0, max_restarts)
+    assert decision.restart is restart
+    if not restart:
+        assert decision.reason.startswith(f"failed {count} times, more than max_restarts")
+
+
+@pytest.mark.parametrize("preemptions", [0, 1, 5, 1000])
+def test_preemptions_never_use_up_restarts(preemptions):
+    decision = policy.decide(failures(None), preemptions, max_restarts=1)
+    assert decision.restart
+    assert decision.backoff_s == 0.5
+    if preemptions:
+        assert f"{preemptions} preemptions not counted" in decision.reason
+
+
+def test_the_reason_says_which_restart_and_why():
+    decision = policy.decide(failures("n1", "n2", error="NCCL timeout"), 0, 3)
+    assert decision.reason == "restart 2 of 3 from the latest checkpoint in 1 s: NCCL timeout"
+
+
+def test_a_rank_failing_on_the_same_node_again_and_again_gives_up_naming_it():
+    decision = policy.decide(failures("n0", "10.0.0.5", "10.0.0.5", "10.0.0.5", "10.0.0.5"), 0, 100)
+    assert not decision.restart
+    assert decision.reason.startswith(
+        "rank 1 failed on node 10.0.0.5 4 times in a row (more than 3); giving up")
+
+
+@pytest.mark.parametrize("nodes", [
+    ("a", "a", "a"),  # three in a row is not more than three
+    ("a", "a", "a", "b"),  # the streak is broken by the latest
+    ("a", "b", "a", "b", "a", "b"),
+    (None, None, None, None, None),  # nodes unknown: only max_restarts applies
+])
+def test_failures_spread_over_nodes_keep_restarting(nodes):
+    assert policy.decide(failures(*nodes), 0, 100).restart
+
+
+def test_decide_needs_a_failure():
+    with pytest.raises(ValueError):
+        policy.decide([], 0, 3)
