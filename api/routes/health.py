@@ -5,9 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from api.deps import ADMIN_TENANT, StoreDep, SupervisorDep
+from api.deps import StoreDep, SupervisorDep
 from api.schemas import HealthPublic
-from service.states import JobState
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"
 router = APIRouter(tags=["health"])
@@ -32,9 +31,7 @@ def prometheus_metrics(store: StoreDep, supervisor: SupervisorDep) -> PlainTextR
 
 
 def _job_counts(store) -> dict[str, int]:
-    # Until tenants exist (step 4) the admin tenant's jobs are all the jobs.
-    return {state.value: store.list_jobs(tenant=ADMIN_TENANT, states=[state], limit=1)[1]
-            for state in JobState}
+    return {state.value: count for state, count in store.count_by_state().items()}
 
 
 def _gauge(name: str, help_: str, label: str | None, values: dict) -> str:

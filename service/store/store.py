@@ -135,6 +135,13 @@ class JobStore:
             )
             return [job.to_record() for job in page], total
 
+    def count_by_state(self) -> dict[JobState, int]:
+        """How many jobs of all tenants are in each state (every state listed)."""
+        with self._read() as session:
+            rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
+            found = {JobState(state): count for state, count in rows}
+        return {state: found.get(state, 0) for state in JobState}
+
     def jobs_in_states(self, states: Iterable[JobState]) -> list[JobRecord]:
         """Every tenant's jobs in these states, oldest first (first come, first served)."""
         values = [JobState(s).value for s in states]

@@ -165,3 +165,12 @@ def test_log_lines_are_cut_and_cleaned(store):
     with pytest.raises(JobNotFound):
         store.append_log(NO_SUCH_JOB, ["lost"])
 
+
+
+def test_count_by_state_spans_every_tenant(store):
+    a, _ = store.create_job(tenant="acme", name="a", spec={})
+    store.create_job(tenant="zeta", name="b", spec={})
+    store.transition(a.id, S.CANCELLED, reason="test")
+    counts = store.count_by_state()
+    assert counts[S.QUEUED] == 1 and counts[S.CANCELLED] == 1
+    assert counts[S.RUNNING] == 0 and set(counts) == set(S)
