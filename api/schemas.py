@@ -79,6 +79,10 @@ class MetricRow(_Public):
     mem_theory_bytes: int | None = None
     comm_bytes: int | None = None
     comm_bytes_theory: float | None = None
+    comm_bytes_by_op: dict[str, int] | None = None
+    collectives: int | None = None
+    comm_time_s: float | None = None
+    exposed_comm_s: float | None = None
 
 
 class LogLine(_Public):

@@ -88,6 +88,9 @@ class ShardingSpec(_Strict):
     cpu_offload: bool = False
     activation_checkpointing: bool = False
     blocks_per_unit: Annotated[int, Field(ge=1, le=512)] = 1
+    grad_compression: Literal["none", "bf16", "int8"] = "none"
+    prefetch_forward: Annotated[int, Field(ge=0, le=64)] = 0
+    prefetch_backward: Annotated[int, Field(ge=0, le=64)] = 0
 
 
 class CheckpointSpec(_Strict):

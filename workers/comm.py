@@ -11,7 +11,23 @@ this rank sends or receives under the bandwidth-optimal (ring) algorithms:
     all-reduce      2(g-1)/g x tensor bytes    (reduce-scatter + all-gather)
 
 so that over a step they add up to the primer's 3(N-1)/N x S for FSDP and
-2(N-1)/N x S for DDP when the collectives are the ones we expect.
+2(N-1)/N x S for DDP when the collectives are the ones we expect. A custom
+collective FSDP calls through a hook (workers/compression.py) reports the
+bytes it really sends through `CommCounter.timed` itself.
+
+Time, on the training thread's clock:
+
+    comm time     how long each collective was in flight: a blocking call's
+                  duration; an async one's from issue until it completed
+    exposed comm  how long the training thread was held by collectives: a
+                  blocking call's duration, an async call's issue, and the
+                  time it spent in the returned Work's `wait()`
+
+On CPUs (gloo) FSDP's collectives block unless they are issued async (explicit
+prefetch, see workers/sharding.py), so there exposed == comm time except for
+what prefetch overlaps. On GPUs the collectives run on side streams and the
+host never sees them end: these clocks would measure only the enqueue, so the
+trainer reports neither there (a profiler trace can).
 """
 
 from __future__ import annotations
@@ -30,7 +46,8 @@ _FSDP_COLLECTIVES_MODULE = "torch.distributed.fsdp._fully_shard._fsdp_collective
 class CommTally:
     bytes_by_op: Counter = field(default_factory=Counter)
     calls_by_op: Counter = field(default_factory=Counter)
-    time_s: float = 0.0
+    time_s: float = 0.0  # comm time: collectives in flight
+    exposed_s: float = 0.0  # the part of it the training thread waited for
 
     @property
     def total_bytes(self) -> int:
@@ -102,19 +119,59 @@ class CommCounter:
         return cls._installed
 
     def timed(self, op_name: str, nbytes: int, fn, /, *args, **kwargs):
+        """Call the collective `fn`, counting `nbytes` and its time under `op_name`."""
         start = time.perf_counter()
         result = fn(*args, **kwargs)
         elapsed = time.perf_counter() - start
+        is_async = isinstance(result, dist.Work)
         with self._lock:
             self._tally.bytes_by_op[op_name] += nbytes
             self._tally.calls_by_op[op_name] += 1
-            self._tally.time_s += elapsed
-        return result
+            self._tally.exposed_s += elapsed
+            if not is_async:
+                self._tally.time_s += elapsed
+        return _TimedWork(result, start, self) if is_async else result
+
+    def _add_time(self, comm_s: float, exposed_s: float) -> None:
+        with self._lock:
+            self._tally.time_s += comm_s
+            self._tally.exposed_s += exposed_s
 
     def take(self) -> CommTally:
         with self._lock:
             tally, self._tally = self._tally, CommTally()
         return tally
+
+
+class _TimedWork(dist.Work):
+    """An async collective's Work (FSDP checks `isinstance(work, Work)` before
+    waiting): `wait()` adds its time in flight and the time it held the caller."""
+
+    def __init__(self, work: dist.Work, issued: float, counter: CommCounter):
+        super().__init__()
+        self._work, self._issued, self._counter = work, issued, counter
+        self._done_at: float | None = None
+        self._timed = False
+        work.get_future().add_done_callback(self._mark_done)
+
+    def _mark_done(self, _future) -> None:
+        self._done_at = time.perf_counter()
+
+    def wait(self, timeout=None) -> bool:
+        start = time.perf_counter()
+        result = self._work.wait() if timeout is None else self._work.wait(timeout)
+        end = time.perf_counter()
+        if not self._timed:  # a second wait finds it done: nothing more to count
+            self._timed = True
+            done = end if self._done_at is None else min(self._done_at, end)
+            self._counter._add_time(done - self._issued, end - start)
+        return result
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def get_future(self):
+        return self._work.get_future()
 
 
 def comm_theory_bytes(
@@ -123,12 +180,15 @@ def comm_theory_bytes(
     param_bytes: int,
     reduce_bytes: int,
     micro_steps: int = 1,
+    reduce_scatter_ratio: float = 1.0,
 ) -> float:
     """Bytes one rank moves per optimizer step by the primer's formulas.
 
     param_bytes: the model in the all-gather (param) dtype; reduce_bytes: in
     the reduce dtype. Every micro-step all-gathers for forward and (unless
     ZeRO-2) again for backward; gradients are reduced once per step.
+    reduce_scatter_ratio: R, the reduce-scatter's wire bytes per reduce-dtype
+    byte under gradient compression (HSDP's all-reduce is not compressed).
     """
     if strategy == "no_shard":
         r = mesh_shape[0]
@@ -137,7 +197,7 @@ def comm_theory_bytes(
     replicate = mesh_shape[0] if len(mesh_shape) == 2 else 1
     gathers = micro_steps if strategy == "shard_grad_op" else 2 * micro_steps
     frac = (shard - 1) / shard
-    total = gathers * frac * param_bytes + frac * reduce_bytes
+    total = gathers * frac * param_bytes + frac * reduce_bytes * reduce_scatter_ratio
     if replicate > 1:
         total += 2 * (replicate - 1) / replicate * reduce_bytes / shard
     return total

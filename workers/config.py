@@ -16,6 +16,7 @@ from typing import Any
 STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 DTYPES = ("float32", "bfloat16", "float16")
 DATA_SOURCES = ("synthetic", "builtin", "file")
+GRAD_COMPRESSIONS = ("none", "bf16", "int8")
 
 
 class ConfigError(ValueError):
@@ -82,6 +83,14 @@ class ShardingConfig:
     # hybrid_shard only: ranks per shard group (the replicate degree is world/this).
     # None picks: world / smallest prime factor of world.
     shard_group_size: int | None = None
+    # The gradient reduce-scatter's wire format (workers/compression.py):
+    # none | bf16 | int8 (per-block scaled, with error feedback).
+    grad_compression: str = "none"
+    # int8 only. Not in the job spec: off only to measure what it buys.
+    grad_error_feedback: bool = True
+    # Explicit all-gather prefetch depth in units; 0: FSDP's implicit one-ahead.
+    prefetch_forward: int = 0
+    prefetch_backward: int = 0
 
     def validate(self, model: ModelConfig, world_size: int) -> None:
         if self.strategy not in STRATEGIES:
@@ -108,6 +117,19 @@ class ShardingConfig:
                     f"sharding.shard_group_size ({self.shard_group_size}) must divide "
                     f"the world size ({world_size})"
                 )
+        if self.grad_compression not in GRAD_COMPRESSIONS:
+            raise ConfigError(
+                f"sharding.grad_compression: unknown compression {self.grad_compression!r} "
+                f"(known: {', '.join(GRAD_COMPRESSIONS)})"
+            )
+        if self.grad_compression != "none" and self.strategy == "no_shard":
+            raise ConfigError(
+                "sharding.grad_compression compresses the gradient reduce-scatter; "
+                "'no_shard' has none (it all-reduces)"
+            )
+        for name in ("prefetch_forward", "prefetch_backward"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"sharding.{name} must be >= 0, got {getattr(self, name)}")
 
     def mesh_shape(self, world_size: int) -> tuple[int, int] | tuple[int]:
         """(replicate, shard) for hybrid/no_shard, (shard,) otherwise."""

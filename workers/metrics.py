@@ -24,8 +24,10 @@ class StepMetrics:
     mem_theory_bytes: int  # 16 B/param / shard degree
     comm_bytes: int  # what this rank's FSDP collectives moved in the step
     comm_bytes_theory: float  # 3(N-1)/N x S (FSDP), 2(N-1)/N x S (DDP), ...
-    comm_bytes_by_op: dict
+    comm_bytes_by_op: dict  # op name -> bytes (a compressed reduce-scatter counts its wire bytes)
     collectives: int
+    comm_time_s: float | None  # collectives in flight (CPU/gloo; None on GPUs: see workers/comm.py)
+    exposed_comm_s: float | None  # the part the training thread waited for
 
     def as_dict(self) -> dict:
         return asdict(self)

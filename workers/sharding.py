@@ -13,6 +13,16 @@ Units: the token embedding, every `blocks_per_unit` consecutive blocks, the
 head; the root keeps the final norm and the position table. Every unit (the
 root included) reshards after forward under full_shard, so each parameter is
 gathered exactly twice a step, as the primer counts.
+
+Prefetch (`prefetch_forward` / `prefetch_backward` = d > 0): each unit issues
+the all-gathers of the next d units in forward (and, in backward, of the
+previous d) as soon as its own have arrived, through FSDP's explicit
+`set_modules_to_{forward,backward}_prefetch`; 0 keeps FSDP's implicit
+one-ahead prefetch. On GPUs FSDP overlaps through its side streams; on CPUs
+there are no streams and a blocking gloo all-gather overlaps nothing, so
+there the unshards are also issued async (`_set_unshard_async_op`): gloo runs
+them on its own thread while this one computes, and FSDP waits on the Work
+before it uses the parameters.
 """
 
 from __future__ import annotations
@@ -68,3 +78,19 @@ def shard_model(model: nn.Module, cfg: ShardingConfig, mesh: DeviceMesh) -> list
     fully_shard(model, **kwargs)
     units.append(model)
     return units
+
+
+def set_prefetch(units: list[nn.Module], forward: int, backward: int, device_type: str) -> None:
+    """Explicit prefetch `forward` / `backward` units deep (0: FSDP's implicit)
+    on the units `shard_model` returned. The root gathers first in forward and
+    in backward (its outputs are the logits), then the others in order."""
+    *order, root = units
+    if forward:
+        for i, unit in enumerate([root, *order]):
+            unit.set_modules_to_forward_prefetch(order[i : i + forward])
+    if backward:
+        reverse = order[::-1]
+        for i, unit in enumerate([root, *reverse]):
+            unit.set_modules_to_backward_prefetch(reverse[i : i + backward])
+    if (forward or backward) and device_type == "cpu":
+        root._set_unshard_async_op(True)  # else nothing overlaps: see the module doc

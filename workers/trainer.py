@@ -15,12 +15,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from workers.comm import CommCounter, comm_theory_bytes
+from workers.compression import compress_gradients, wire_bytes_per_value
 from workers.config import CheckpointTarget, JobConfig, OptimConfig
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.models import build_model
-from workers.sharding import DTYPES, build_mesh, shard_model
+from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
 
 
 def lr_at(step: int, total_steps: int, cfg: OptimConfig) -> float:
@@ -57,8 +58,16 @@ class Trainer:
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank
         model = build_model(config.model)
         self.num_params = sum(p.numel() for p in model.parameters())
-        self.mesh = build_mesh(config.sharding, self.world_size, self.device.type)
-        self.units = shard_model(model, config.sharding, self.mesh)
+        sh = config.sharding
+        self.comm = CommCounter.install()
+        self.mesh = build_mesh(sh, self.world_size, self.device.type)
+        self.units = shard_model(model, sh, self.mesh)
+        # Error-feedback residuals live in these hooks, not in checkpoints:
+        # a resumed run starts them at zero (workers/compression.py).
+        self.grad_hooks = compress_gradients(
+            self.units, sh.grad_compression, self.comm, error_feedback=sh.grad_error_feedback
+        )
+        set_prefetch(self.units, sh.prefetch_forward, sh.prefetch_backward, self.device.type)
         self.model = model
         self.optimizer = build_optimizer(model, config.optim)
         self.batches = RankBatches(
@@ -68,7 +77,6 @@ class Trainer:
             self.world_size,
         )
         self.step = 0  # optimizer steps taken
-        self.comm = CommCounter.install()
         self.memory = PeakMemory(self.device)
         self._theory = self._comm_theory()
         self.checkpoints = None
@@ -82,12 +90,15 @@ class Trainer:
 
     def _comm_theory(self) -> float:
         sh = self.config.sharding
+        reduce_itemsize = DTYPES[sh.reduce_dtype].itemsize
         return comm_theory_bytes(
             sh.strategy,
             sh.mesh_shape(self.world_size),
             param_bytes=self.num_params * DTYPES[sh.param_dtype].itemsize,
-            reduce_bytes=self.num_params * DTYPES[sh.reduce_dtype].itemsize,
+            reduce_bytes=self.num_params * reduce_itemsize,
             micro_steps=self.config.train.accumulation_steps(self.world_size),
+            reduce_scatter_ratio=wire_bytes_per_value(sh.grad_compression, reduce_itemsize)
+            / reduce_itemsize,
         )
 
     def train_step(self) -> StepMetrics:
@@ -120,6 +131,7 @@ class Trainer:
         self.step += 1
 
         tokens = cfg.train.global_batch * cfg.model.seq_len
+        host_clock = self.device.type == "cpu"  # see workers/comm.py: GPUs' comms are not host-timed
         return StepMetrics(
             step=self.step,
             loss=loss_sum.item() / self.world_size,
@@ -132,6 +144,8 @@ class Trainer:
             comm_bytes_theory=self._theory,
             comm_bytes_by_op=dict(tally.bytes_by_op),
             collectives=tally.collectives,
+            comm_time_s=tally.time_s if host_clock else None,
+            exposed_comm_s=tally.exposed_s if host_clock else None,
         )
 
     def _shard_degree(self) -> int:

@@ -65,6 +65,13 @@ MALFORMED = [
     ("strategy-unknown", spec("sharding.strategy", "zero4"), "sharding.strategy"),
     ("dtype-unknown", spec("sharding.param_dtype", "int8"), "sharding.param_dtype"),
     ("sharding-not-object", spec(sharding="full"), "sharding"),
+    ("compression-unknown", spec("sharding.grad_compression", "int4"), "sharding.grad_compression"),
+    ("compression-no-shard", spec(sharding={"strategy": "no_shard", "grad_compression": "int8"}),
+     "sharding.grad_compression"),
+    ("error-feedback-engine-only", spec("sharding.grad_error_feedback", False),
+     "sharding.grad_error_feedback"),
+    ("prefetch-negative", spec("sharding.prefetch_forward", -1), "sharding.prefetch_forward"),
+    ("prefetch-fraction", spec("sharding.prefetch_backward", 1.5), "sharding.prefetch_backward"),
     ("source-unknown", spec("data.source", "ftp"), "data.source"),
     ("uri-missing", spec("data.source", "uri"), "data.uri"),
     ("unknown-top-field", spec(gpus=4), "gpus"),
@@ -88,6 +95,17 @@ MALFORMED = [
     ("body-string", "a job", "body"),
     ("body-null", None, "body: a JSON object is required"),
 ]
+
+
+def test_communication_levers_reach_the_engine_config():
+    from service.spec import JobSpec
+
+    body = spec(sharding={"grad_compression": "int8", "prefetch_forward": 2, "prefetch_backward": 1})
+    sharding = JobSpec.model_validate(body).engine_config()["sharding"]
+    assert (sharding["grad_compression"], sharding["prefetch_forward"], sharding["prefetch_backward"]) == (
+        "int8", 2, 1
+    )
+    assert "grad_error_feedback" not in sharding  # engine-only: on
 
 
 @pytest.mark.parametrize("body, names", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])

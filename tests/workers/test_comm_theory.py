@@ -27,6 +27,17 @@ def test_mixed_precision_and_accumulation():
     assert got == pytest.approx(4 * 0.5 * S / 2 + 0.5 * S)
 
 
+@pytest.mark.parametrize("ratio", [0.5, (1 + 4 / 256) / 4])
+def test_compression_scales_only_the_reduce_scatter(ratio):
+    # 2 gathers + R x 1 reduce-scatter of (N-1)/N x S; HSDP's all-reduce stays whole.
+    assert comm_theory_bytes("full_shard", (4,), S, S, reduce_scatter_ratio=ratio) == pytest.approx(
+        (2 + ratio) * 0.75 * S
+    )
+    assert comm_theory_bytes("hybrid_shard", (2, 2), S, S, reduce_scatter_ratio=ratio) == pytest.approx(
+        (2 + ratio) * 0.5 * S + 0.5 * S
+    )
+
+
 def test_world_of_one_moves_nothing():
     assert comm_theory_bytes("full_shard", (1,), S, S) == 0
 

@@ -32,7 +32,8 @@ def reference():
 
 def test_metrics_carry_every_named_field(reference):
     names = {"loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_bytes", "mem_theory_bytes",
-             "comm_bytes", "comm_bytes_theory"}
+             "comm_bytes", "comm_bytes_theory", "comm_bytes_by_op", "collectives", "comm_time_s",
+             "exposed_comm_s"}
     assert [m["step"] for m in reference] == list(range(1, 7))
     for m in reference:
         assert names <= set(m)

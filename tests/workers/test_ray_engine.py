@@ -92,3 +92,16 @@ def test_hybrid_shard_on_a_two_by_two_mesh_matches_full_shard(groups, single_pro
     ops = per_rank[0][0]["comm_bytes_by_op"]
     assert set(ops) == {"all_gather", "reduce_scatter", "all_reduce"}
     assert per_rank[0][0]["comm_bytes"] == pytest.approx(per_rank[0][0]["comm_bytes_theory"], rel=0.02)
+
+
+def test_explicit_prefetch_changes_the_timing_not_the_losses(groups):
+    group = groups.get(2)
+    implicit = group.train(job("full_shard"))[0]
+    ahead = group.train(job("full_shard", prefetch_forward=2, prefetch_backward=2))[0]
+    assert [m["loss"] for m in ahead] == pytest.approx([m["loss"] for m in implicit], abs=1e-6)
+    for m in implicit + ahead:
+        assert m["collectives"] == implicit[0]["collectives"]
+        # Exposed is the part of the time in flight that held the training thread.
+        assert 0 < m["exposed_comm_s"] <= m["comm_time_s"] + 1e-6 < m["step_time_s"]
+    # Without prefetch every gloo collective blocks: all of it is exposed.
+    assert all(m["exposed_comm_s"] == m["comm_time_s"] for m in implicit)
