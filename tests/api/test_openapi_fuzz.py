@@ -19,7 +19,10 @@ def test_no_request_gets_a_server_error(server, tmp_path):
         "--max-examples", str(MAX_EXAMPLES),
         "--generation-database", "none",
         "--request-timeout", "10",
-        "--workers", "2",
+        # One worker: hypothesis parses lambdas' source with `ast`, which is not
+        # safe across threads (a SystemError in the coverage phase was seen).
+        "--workers", "1",
+        "--seed", "20261130",  # a run CI can reproduce
     ]
     # cwd: schemathesis keeps files of its own in the working directory.
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
