@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
-from api.routes import cluster, health, jobs, logs
+from api.routes import cluster, health, jobs, logs, tenants
 
 
 def create_app(supervisor) -> FastAPI:
@@ -18,7 +18,7 @@ def create_app(supervisor) -> FastAPI:
                   description="Multi-tenant FSDP2 training on Ray.")
     app.state.supervisor = supervisor
     app.state.admin_key = settings.resolved_admin_key()
-    for module in (jobs, logs, cluster, health):
+    for module in (jobs, logs, tenants, cluster, health):
         app.include_router(module.router)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

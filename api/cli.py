@@ -10,6 +10,8 @@
     brigade cancel|suspend ID           stop it (suspend: checkpoint first)
     brigade resume ID [--workers N]     queue a suspended job again
     brigade checkpoints ID              its committed checkpoints
+    brigade tenants create|list|get|update|delete|rotate-key
+                                        tenants and their API keys (the admin key)
     brigade train job.yaml -n 2         run one engine config straight on Ray,
                                         without the service (a developer's tool)
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import typer
 
 from api.cli_jobs import register_job_commands
+from api.cli_tenants import tenants
 from api.cli_train import train
 from api.listener import bind_listener, url_of
 from service.settings import Settings
@@ -31,6 +34,7 @@ from service.settings import Settings
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
 register_job_commands(app)
 app.command()(train)
+app.add_typer(tenants, name="tenants")
 
 
 @app.command()

@@ -30,6 +30,9 @@ from api.schemas import (
     JobsPublic,
     LogLine,
     MetricRow,
+    TenantKey,
+    TenantPublic,
+    TenantsPublic,
     WorkerPublic,
 )
 from service.spec import JobSpec
@@ -153,6 +156,33 @@ class BrigadeClient:
     def workers(self, job_id: str) -> list[WorkerPublic]:
         return self._call(list[WorkerPublic], "GET", f"/v1/jobs/{job_id}/workers")
 
+    # Tenants (the admin key only)
+
+    def create_tenant(self, name: str, quota: dict | None = None, max_priority: int | None = None,
+                      weight: float | None = None) -> TenantKey:
+        """A new tenant, with its API key (shown this once)."""
+        body = _given(name=name, quota=quota, max_priority=max_priority, weight=weight)
+        return self._call(TenantKey, "POST", "/v1/tenants", json=body)
+
+    def tenants(self) -> TenantsPublic:
+        return self._call(TenantsPublic, "GET", "/v1/tenants")
+
+    def tenant(self, tenant_id: str) -> TenantPublic:
+        return self._call(TenantPublic, "GET", f"/v1/tenants/{tenant_id}")
+
+    def update_tenant(self, tenant_id: str, quota: dict | None = None,
+                      max_priority: int | None = None, weight: float | None = None) -> TenantPublic:
+        """Change what is given; `quota` changes only the limits it names."""
+        body = _given(quota=quota, max_priority=max_priority, weight=weight)
+        return self._call(TenantPublic, "PATCH", f"/v1/tenants/{tenant_id}", json=body)
+
+    def delete_tenant(self, tenant_id: str) -> None:
+        self._send("DELETE", f"/v1/tenants/{tenant_id}")
+
+    def rotate_key(self, tenant_id: str) -> TenantKey:
+        """A new API key for the tenant; its old one stops working now."""
+        return self._call(TenantKey, "POST", f"/v1/tenants/{tenant_id}/keys")
+
     # The service
 
     def cluster(self) -> ClusterPublic:
@@ -162,13 +192,20 @@ class BrigadeClient:
         return self._call(HealthPublic, "GET", "/healthz")
 
     def _call(self, schema: type[T], method: str, path: str, **kwargs) -> T:
+        return _adapter(schema).validate_json(self._send(method, path, **kwargs).content)
+
+    def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
         response = self._http.request(method, path, **kwargs)
         if not response.is_success:
             raise _error(response)
-        return _adapter(schema).validate_json(response.content)
+        return response
 
 
 _adapter = functools.cache(TypeAdapter)  # one validator per response type
+
+
+def _given(**fields) -> dict:
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _error(response: httpx.Response) -> BrigadeError:

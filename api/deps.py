@@ -1,6 +1,8 @@
 """Dependencies the routes declare: who is asking, and what they may reach.
 
-    CurrentTenant   the tenant whose key is in `Authorization: Bearer <key>`
+    CurrentTenant   the tenant whose key is in `Authorization: Bearer <key>`:
+                    the admin key is the tenant "admin"; a tenant's key, its name
+    require_admin   a route (or router) for the admin key only (403 otherwise)
     SupervisorDep   the control plane (`service.supervisor.Supervisor`)
     StoreDep        its job store
     OwnedJob        the path's job, if it is the tenant's (404 otherwise)
@@ -16,9 +18,8 @@ from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
-from api.errors import not_found
-
-ADMIN_TENANT = "admin"
+from api.errors import ApiError, not_found
+from service.store.tenants import ADMIN_TENANT
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 
@@ -40,18 +41,28 @@ StoreDep = Annotated[Any, Depends(_store)]
 def _current_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    store: StoreDep,
 ) -> str:
-    """Until tenants exist, the admin key is the one tenant, "admin"."""
-    presented = credentials.credentials.encode() if credentials else b""
-    expected = request.app.state.admin_key.encode()
-    if not presented or not hmac.compare_digest(presented, expected):
-        message = "missing API key" if not credentials else "invalid API key"
-        raise HTTPException(401, f"{message}: send 'Authorization: Bearer <key>'",
-                            headers={"WWW-Authenticate": "Bearer"})
-    return ADMIN_TENANT
+    """The caller's tenant name, from its key alone (both compared in
+    constant time); the key itself is never logged or echoed."""
+    presented = credentials.credentials if credentials else ""
+    if presented:
+        if hmac.compare_digest(presented.encode(), request.app.state.admin_key.encode()):
+            return ADMIN_TENANT
+        tenant = store.tenants.tenant_for_key(presented)
+        if tenant is not None:
+            return tenant.name
+    message = "missing API key" if not credentials else "invalid API key"
+    raise HTTPException(401, f"{message}: send 'Authorization: Bearer <key>'",
+                        headers={"WWW-Authenticate": "Bearer"})
 
 
 CurrentTenant = Annotated[str, Depends(_current_tenant)]
+
+
+def require_admin(tenant: CurrentTenant) -> None:
+    if tenant != ADMIN_TENANT:
+        raise ApiError(403, "forbidden: only the admin key may do this")
 
 
 def _owned_job(job_id: Annotated[str, Path()], tenant: CurrentTenant, store: StoreDep):

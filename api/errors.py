@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 
 from api.schemas import ErrorBody, ErrorPublic
 from service.states import IllegalTransition
-from service.store.errors import JobNotFound
+from service.store.errors import JobNotFound, TenantBusy, TenantExists, TenantNotFound
 from workers.config import ConfigError
 from workers.errors import CapacityError
 
@@ -57,6 +57,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CapacityError, _capacity_error)
     app.add_exception_handler(IllegalTransition, _illegal_transition)
     app.add_exception_handler(JobNotFound, _job_not_found)
+    app.add_exception_handler(TenantNotFound, _tenant_not_found)
+    app.add_exception_handler(TenantExists, _tenant_conflict)
+    app.add_exception_handler(TenantBusy, _tenant_conflict)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
 
@@ -84,6 +87,14 @@ async def _capacity_error(request: Request, exc: CapacityError) -> JSONResponse:
 
 async def _job_not_found(request: Request, exc: JobNotFound) -> JSONResponse:
     return await _api_error(request, not_found("job", exc.job_id))
+
+
+async def _tenant_not_found(request: Request, exc: TenantNotFound) -> JSONResponse:
+    return await _api_error(request, not_found("tenant", exc.tenant_id))
+
+
+async def _tenant_conflict(request: Request, exc: TenantExists | TenantBusy) -> JSONResponse:
+    return error_response(409, str(exc), "name" if isinstance(exc, TenantExists) else None)
 
 
 async def _illegal_transition(request: Request, exc: IllegalTransition) -> JSONResponse:

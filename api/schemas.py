@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.spec import MAX_WORKERS, JobSpec
+from service.spec import MAX_PRIORITY, MAX_WORKERS, JobSpec
 from service.states import JobState
 
 JobCreate = JobSpec
@@ -126,6 +126,64 @@ class ClusterPublic(_Public):
     running_jobs: int  # active jobs (holding workers), every tenant's
     queued_jobs: int  # queued jobs, every tenant's
     queue: list[QueuedJob]  # the caller's own queued jobs, with their place in line
+
+
+TenantName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+                                   description="lower-case letters, digits and '-'; not 'admin'")]
+Limit = Annotated[int, Field(ge=0, le=1_000_000)] | None  # None: no limit
+Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY)]
+Weight = Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]
+
+
+class TenantQuota(BaseModel):
+    """A tenant's limits; a missing or null one is no limit."""
+
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+    max_workers: Limit = None
+    max_gpus: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
+    max_running_jobs: Limit = None
+    max_queued_jobs: Limit = None
+
+
+class TenantCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: TenantName
+    quota: TenantQuota = Field(default_factory=TenantQuota)
+    max_priority: Priority = MAX_PRIORITY
+    weight: Weight = 1.0
+
+
+class TenantUpdate(BaseModel):
+    """What to change; `quota` changes only the limits it names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    quota: TenantQuota | None = None
+    max_priority: Priority | None = None
+    weight: Weight | None = None
+
+
+class TenantPublic(_Public):
+    id: str
+    name: str
+    quota: TenantQuota
+    max_priority: int
+    weight: float
+    created_at: datetime
+    updated_at: datetime
+
+
+class TenantKey(TenantPublic):
+    """A tenant with its API key: answered once, at creation or rotation."""
+
+    api_key: str
+
+
+class TenantsPublic(BaseModel):
+    items: list[TenantPublic]
+    total: int
 
 
 class HealthPublic(BaseModel):

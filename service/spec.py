@@ -19,6 +19,7 @@ from workers.config import ConfigError, JobConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_WORKERS = 1024
+MAX_PRIORITY = 1000  # a job's priority, and a tenant's max_priority, lie in 0..MAX_PRIORITY
 
 
 class _Strict(BaseModel):
@@ -103,7 +104,7 @@ class JobSpec(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)] = "job"
     workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | WorkerRange = 1
     resources_per_worker: Resources = Field(default_factory=Resources)
-    priority: Annotated[int, Field(ge=0, le=1000)] = 0
+    priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = 0
     model: ModelSpec
     data: DataSpec = Field(default_factory=DataSpec)
     train: TrainSpec

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Response
 
-from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep
+from api.deps import ADMIN_TENANT, CurrentTenant, OwnedJob, StoreDep, SupervisorDep
 from api.errors import ApiError
 from api.schemas import (
     CheckpointPublic,
@@ -26,7 +26,7 @@ from service.states import JobState
 MAX_PAGE = 500
 MAX_INDEX = 2**62  # offsets, steps and ids stay inside a database's BIGINT
 
-ERRORS = {code: {"model": ErrorPublic} for code in (401, 404, 409, 413, 422)}
+ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422)}
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
 Index = Annotated[int, Query(ge=0, le=MAX_INDEX)]
@@ -38,13 +38,16 @@ def submit_job(
     spec: JobCreate,
     tenant: CurrentTenant,
     supervisor: SupervisorDep,
+    store: StoreDep,
     response: Response,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
     ] = None,
 ) -> JobPublic:
     """Queue a job. With an `Idempotency-Key`, a retried submit returns the
-    job the first one made (200) instead of making another."""
+    job the first one made (200) instead of making another. A priority above
+    the tenant's `max_priority` is refused (403)."""
+    check_priority(tenant, spec.priority, store)
     job, created = supervisor.submit(tenant, spec, idempotency_key)
     if not created:
         response.status_code = 200
@@ -118,6 +121,17 @@ def job_checkpoints(job: OwnedJob, tenant: CurrentTenant, supervisor: Supervisor
 @router.get("/{job_id}/workers")
 def job_workers(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[WorkerPublic]:
     return [WorkerPublic.model_validate(w) for w in supervisor.workers(tenant, job.id)]
+
+
+def check_priority(tenant: str, priority: int, store) -> None:
+    """The admin may use any priority; a tenant up to its `max_priority`."""
+    if tenant == ADMIN_TENANT:
+        return
+    record = store.tenants.by_name(tenant)
+    ceiling = record.max_priority if record is not None else 0
+    if priority > ceiling:
+        raise ApiError(403, f"priority {priority} is above tenant {tenant}'s max_priority "
+                            f"{ceiling}", "priority")
 
 
 def parse_states(values: list[str] | None) -> list[JobState] | None:

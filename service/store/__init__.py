@@ -1,7 +1,14 @@
 """The durable job store (SQLAlchemy; SQLite by default, Postgres by URL)."""
 
-from service.store.errors import ConcurrentUpdate, JobNotFound, UnexpectedState
-from service.store.records import EventRecord, JobRecord, LogRecord
+from service.store.errors import (
+    ConcurrentUpdate,
+    JobNotFound,
+    TenantBusy,
+    TenantExists,
+    TenantNotFound,
+    UnexpectedState,
+)
+from service.store.records import EventRecord, JobRecord, LogRecord, TenantRecord
 from service.store.store import JobStore
 
 __all__ = [
@@ -11,5 +18,9 @@ __all__ = [
     "JobRecord",
     "JobStore",
     "LogRecord",
+    "TenantBusy",
+    "TenantExists",
+    "TenantNotFound",
+    "TenantRecord",
     "UnexpectedState",
 ]

@@ -13,10 +13,13 @@ and each sees the latest committed state.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session
 
 BUSY_TIMEOUT_MS = 30_000
 _WRITE = "brigade_write"  # an execution option: this connection will write
@@ -41,6 +44,14 @@ def build_engines(url: str | URL) -> tuple[Engine, Engine]:
     else:
         engine = create_engine(url, pool_pre_ping=True, json_serializer=_strict_json)
     return engine, engine.execution_options(**{_WRITE: True})
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Session]:
+    """A session in one transaction on `engine` (the reader or the writer),
+    committed on leaving, rolled back on an exception."""
+    with Session(engine) as session, session.begin():
+        yield session
 
 
 def _strict_json(value) -> str:

@@ -34,3 +34,24 @@ class ConcurrentUpdate(RuntimeError):
     def __init__(self, job_id: str, tries: int):
         self.job_id = job_id
         super().__init__(f"job {job_id} kept changing underneath; gave up after {tries} tries")
+
+
+class TenantNotFound(LookupError):
+    def __init__(self, tenant_id: str):
+        self.tenant_id = tenant_id
+        super().__init__(f"no tenant {tenant_id}")
+
+
+class TenantExists(ValueError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"tenant name {name!r} is taken")
+
+
+class TenantBusy(RuntimeError):
+    """A tenant with jobs not yet finished is not deleted."""
+
+    def __init__(self, tenant_id: str, unfinished: int):
+        self.tenant_id, self.unfinished = tenant_id, unfinished
+        super().__init__(f"tenant {tenant_id} has {unfinished} unfinished job(s): "
+                         "cancel them and wait for them to finish first")

@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -22,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from service.states import JobState
-from service.store.records import EventRecord, JobRecord, LogRecord
+from service.store.records import EventRecord, JobRecord, LogRecord, TenantRecord
 
 ID_LENGTH = 32
 TENANT_LENGTH = 128
@@ -30,6 +31,9 @@ NAME_LENGTH = 128
 STATE_LENGTH = 16
 IDEMPOTENCY_KEY_LENGTH = 255
 LOG_LINE_LENGTH = 4096
+TENANT_NAME_LENGTH = 63
+KEY_ID_LENGTH = 16
+KEY_HASH_LENGTH = 64  # sha256, hex
 
 # Row ids that may grow past 2**31 over a service's life; SQLite only
 # autoincrements an INTEGER primary key (its rowid).
@@ -170,3 +174,27 @@ class JobLog(_JobHistory, Base):
 
     def to_record(self) -> LogRecord:
         return LogRecord(id=self.id, time=self.time, line=self.line)
+
+
+class Tenant(Base):
+    """A tenant and its one API key, kept as `key_id` (the key's public part,
+    to find the row) and the sha256 of the whole key; never the key itself.
+    Its jobs name it by `name` (the jobs' `tenant` column)."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    name: Mapped[str] = mapped_column(String(TENANT_NAME_LENGTH), unique=True)
+    quota: Mapped[dict[str, Any]] = mapped_column(JSON)
+    max_priority: Mapped[int] = mapped_column(Integer)
+    weight: Mapped[float] = mapped_column(Float)
+    key_id: Mapped[str] = mapped_column(String(KEY_ID_LENGTH), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(KEY_HASH_LENGTH))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    def to_record(self) -> TenantRecord:
+        return TenantRecord(
+            id=self.id, name=self.name, quota=dict(self.quota), max_priority=self.max_priority,
+            weight=self.weight, created_at=self.created_at, updated_at=self.updated_at,
+        )

@@ -47,3 +47,14 @@ class LogRecord:
     id: int
     time: datetime
     line: str
+
+
+@dataclass(frozen=True)
+class TenantRecord:
+    id: str
+    name: str  # what the jobs' `tenant` column holds
+    quota: dict  # max_workers, max_gpus, max_running_jobs, max_queued_jobs; None: no limit
+    max_priority: int
+    weight: float
+    created_at: datetime
+    updated_at: datetime

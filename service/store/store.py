@@ -14,7 +14,7 @@ import copy
 import math
 import secrets
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -26,10 +26,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.states import JobState, check_transition
-from service.store.engine import build_engines, normalize_url
+from service.store.engine import build_engines, normalize_url, transaction
 from service.store.errors import ConcurrentUpdate, JobNotFound, UnexpectedState
 from service.store.models import LOG_LINE_LENGTH, Job, JobEvent, JobLog, JobMetrics, utcnow
 from service.store.records import EventRecord, JobRecord, LogRecord
+from service.store.tenants import TenantStore
 
 MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
 TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
@@ -62,6 +63,7 @@ class JobStore:
     def __init__(self, url: str | URL):
         self.url = normalize_url(url)
         self._reader, self._writer = build_engines(self.url)
+        self.tenants = TenantStore(self._reader, self._writer)
 
     @property
     def dialect(self) -> str:
@@ -276,15 +278,11 @@ class JobStore:
 
     # -- internals --------------------------------------------------------
 
-    @contextmanager
-    def _read(self) -> Iterator[Session]:
-        with Session(self._reader) as session, session.begin():
-            yield session
+    def _read(self) -> AbstractContextManager[Session]:
+        return transaction(self._reader)
 
-    @contextmanager
-    def _write(self) -> Iterator[Session]:
-        with Session(self._writer) as session, session.begin():
-            yield session
+    def _write(self) -> AbstractContextManager[Session]:
+        return transaction(self._writer)
 
     def _one(self, query: Select) -> JobRecord | None:
         with self._read() as session:

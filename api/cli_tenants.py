@@ -1,0 +1,97 @@
+"""`brigade tenants ...`: the admin's commands for tenants (create, list, get,
+update, delete, rotate-key). A tenant's API key is printed once, on stdout
+alone, at `create` and `rotate-key`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from api.cli_jobs import Key, Url, _client, _table, _when
+from api.client import DEFAULT_URL
+from api.schemas import TenantKey
+
+TenantId = Annotated[str, typer.Argument(help="a tenant id (see `brigade tenants list`)")]
+MaxWorkers = Annotated[int | None, typer.Option(min=0, help="workers it may run at once")]
+MaxGpus = Annotated[float | None, typer.Option(min=0, help="gpus it may hold at once")]
+MaxRunning = Annotated[int | None, typer.Option(min=0, help="jobs it may run at once")]
+MaxQueued = Annotated[int | None, typer.Option(min=0, help="jobs it may have queued")]
+MaxPriority = Annotated[int | None, typer.Option(min=0, max=1000, help="highest job priority")]
+Weight = Annotated[float | None, typer.Option(min=0, help="its fair-share weight (> 0)")]
+
+tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (the admin key only).")
+
+
+@tenants.command()
+def create(name: Annotated[str, typer.Argument(help="lower-case letters, digits and '-'")],
+           max_workers: MaxWorkers = None, max_gpus: MaxGpus = None, max_running_jobs: MaxRunning = None,
+           max_queued_jobs: MaxQueued = None, max_priority: MaxPriority = None, weight: Weight = None,
+           url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Create a tenant; prints its API key (shown this once)."""
+    quota = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
+    with _client(url, key) as client:
+        _say_key(client.create_tenant(name, quota, max_priority, weight), "created")
+
+
+@tenants.command("list")
+def list_tenants(url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Every tenant, by name."""
+    with _client(url, key) as client:
+        page = client.tenants()
+    _table(("ID", "NAME", "MAX PRIORITY", "WEIGHT", "QUOTA", "CREATED"),
+           [(t.id, t.name, t.max_priority, t.weight, _quota_text(t.quota.model_dump()),
+             _when(t.created_at)) for t in page.items])
+
+
+@tenants.command()
+def get(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """One tenant, as JSON."""
+    with _client(url, key) as client:
+        typer.echo(client.tenant(tenant_id).model_dump_json(indent=2))
+
+
+@tenants.command()
+def update(tenant_id: TenantId, max_workers: MaxWorkers = None, max_gpus: MaxGpus = None,
+           max_running_jobs: MaxRunning = None, max_queued_jobs: MaxQueued = None,
+           unlimit: Annotated[list[str] | None, typer.Option(
+               help="lift this limit, e.g. max_gpus (repeatable)")] = None,
+           max_priority: MaxPriority = None, weight: Weight = None,
+           url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Change a tenant's quota limits, max priority or weight; prints it as JSON."""
+    quota = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
+    quota = {**quota, **dict.fromkeys(unlimit or ())} or None
+    with _client(url, key) as client:
+        updated = client.update_tenant(tenant_id, quota, max_priority, weight)
+    typer.echo(updated.model_dump_json(indent=2))
+
+
+@tenants.command()
+def delete(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Delete a tenant, its key and its finished jobs (refused while any job is unfinished)."""
+    with _client(url, key) as client:
+        client.delete_tenant(tenant_id)
+    typer.echo(f"{tenant_id}: deleted", err=True)
+
+
+@tenants.command("rotate-key")
+def rotate_key(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """A new API key for a tenant (printed once); the old one stops working now."""
+    with _client(url, key) as client:
+        _say_key(client.rotate_key(tenant_id), "new key for")
+
+
+def _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs) -> dict:
+    given = {"max_workers": max_workers, "max_gpus": max_gpus,
+             "max_running_jobs": max_running_jobs, "max_queued_jobs": max_queued_jobs}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _quota_text(quota: dict) -> str:
+    return ",".join(f"{name.removeprefix('max_')}={value}"
+                    for name, value in quota.items() if value is not None) or "-"
+
+
+def _say_key(tenant: TenantKey, what: str) -> None:
+    typer.echo(f"{what} tenant {tenant.name} ({tenant.id}); its API key, shown this once:", err=True)
+    typer.echo(tenant.api_key)

@@ -1,0 +1,78 @@
+"""Tenants (the admin key only): create one and get its API key once, list,
+look at, change its quota, priority ceiling and weight, delete it (refused
+with 409 while any of its jobs is unfinished), and rotate its key (the old
+one stops working at once; the new one is answered once)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Response
+
+from api.deps import StoreDep, require_admin
+from api.errors import not_found
+from api.schemas import ErrorPublic, TenantCreate, TenantKey, TenantPublic, TenantsPublic, TenantUpdate
+from service.store import TenantRecord
+
+_TENANT_ID = re.compile(r"^t-[0-9a-f]{1,30}$")
+
+ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422)}
+router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=ERRORS,
+                   dependencies=[Depends(require_admin)])
+
+
+def _tenant(tenant_id: Annotated[str, Path()], store: StoreDep):
+    tenant = store.tenants.get(tenant_id) if _TENANT_ID.match(tenant_id) else None
+    if tenant is None:
+        raise not_found("tenant", tenant_id)
+    return tenant
+
+
+PathTenant = Annotated[TenantRecord, Depends(_tenant)]
+
+
+@router.post("", status_code=201)
+def create_tenant(body: TenantCreate, store: StoreDep) -> TenantKey:
+    """A new tenant and its API key: the key is shown here only, keep it."""
+    tenant, key = store.tenants.create(
+        body.name, quota=body.quota.model_dump(), max_priority=body.max_priority, weight=body.weight,
+    )
+    return _with_key(tenant, key)
+
+
+@router.get("")
+def list_tenants(store: StoreDep) -> TenantsPublic:
+    tenants = store.tenants.list()
+    return TenantsPublic(items=[TenantPublic.model_validate(t) for t in tenants], total=len(tenants))
+
+
+@router.get("/{tenant_id}")
+def get_tenant(tenant: PathTenant) -> TenantPublic:
+    return TenantPublic.model_validate(tenant)
+
+
+@router.patch("/{tenant_id}")
+def update_tenant(tenant: PathTenant, body: TenantUpdate, store: StoreDep) -> TenantPublic:
+    quota = body.quota.model_dump(exclude_unset=True) if body.quota is not None else None
+    updated = store.tenants.update(tenant.id, quota=quota, max_priority=body.max_priority,
+                                   weight=body.weight)
+    return TenantPublic.model_validate(updated)
+
+
+@router.delete("/{tenant_id}", status_code=204, response_class=Response)
+def delete_tenant(tenant: PathTenant, store: StoreDep) -> Response:
+    """Refused (409) while any of its jobs is unfinished; its finished jobs go with it."""
+    store.tenants.delete(tenant.id)
+    return Response(status_code=204)
+
+
+@router.post("/{tenant_id}/keys", status_code=201)
+def rotate_key(tenant: PathTenant, store: StoreDep) -> TenantKey:
+    """A new API key for the tenant (shown here only); the old one stops working now."""
+    rotated, key = store.tenants.rotate_key(tenant.id)
+    return _with_key(rotated, key)
+
+
+def _with_key(tenant: TenantRecord, key: str) -> TenantKey:
+    return TenantKey(**TenantPublic.model_validate(tenant).model_dump(), api_key=key)

@@ -1,0 +1,168 @@
+"""Tenants and their API keys.
+
+A key is `bk_<key_id>_<secret>`: 16 hex characters that find the tenant's row,
+then 32 random bytes. The store keeps only the key id and the sha256 of the
+whole key; with 256 random bits a plain hash is as good as a slow one (there
+is nothing to guess). A lookup compares hashes in constant time. Rotating a
+key replaces the hash and the key id in one statement: the old key stops
+working at once.
+
+A tenant's jobs name it by its `name` (the jobs' `tenant` column). Deleting
+a tenant is refused while it has unfinished jobs (`TenantBusy`); otherwise its
+finished jobs and their history go with it, so a later tenant of the same name
+inherits nothing. Its checkpoints in storage are not removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Mapping
+
+from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from service.states import TERMINAL
+from service.store.engine import transaction
+from service.store.errors import TenantBusy, TenantExists, TenantNotFound
+from service.store.models import Job, Tenant, utcnow
+from service.store.records import TenantRecord
+
+ADMIN_TENANT = "admin"  # the admin key's own jobs go under this name: no tenant may take it
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+QUOTA_FIELDS = ("max_workers", "max_gpus", "max_running_jobs", "max_queued_jobs")
+KEY_PREFIX = "bk"
+_KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_[A-Za-z0-9_-]{{43}}$")
+
+
+def new_tenant_id() -> str:
+    return f"t-{secrets.token_hex(6)}"
+
+
+def new_key() -> tuple[str, str, str]:
+    """(key, key_id, key_hash) for a fresh random key."""
+    key_id = secrets.token_hex(8)
+    key = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
+    return key, key_id, key_hash(key)
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class TenantStore:
+    """Shares the job store's engines (`JobStore.tenants`)."""
+
+    def __init__(self, reader: Engine, writer: Engine):
+        self._reader, self._writer = reader, writer
+
+    def create(self, name: str, *, quota: Mapping | None = None, max_priority: int = 1000,
+               weight: float = 1.0) -> tuple[TenantRecord, str]:
+        """A new tenant and its API key: the only time the key is seen."""
+        check_name(name)
+        key, key_id, hashed = new_key()
+        now = utcnow()
+        tenant = Tenant(id=new_tenant_id(), name=name, quota=full_quota(quota),
+                        max_priority=max_priority, weight=weight, key_id=key_id,
+                        key_hash=hashed, created_at=now, updated_at=now)
+        try:
+            with transaction(self._writer) as session:
+                session.add(tenant)
+                session.flush()
+                return tenant.to_record(), key
+        except IntegrityError as error:  # the name's unique constraint
+            raise TenantExists(name) from error
+
+    def get(self, tenant_id: str) -> TenantRecord | None:
+        return self._one(select(Tenant).where(Tenant.id == tenant_id))
+
+    def by_name(self, name: str) -> TenantRecord | None:
+        return self._one(select(Tenant).where(Tenant.name == name))
+
+    def list(self) -> list[TenantRecord]:
+        """Every tenant, by name."""
+        with transaction(self._reader) as session:
+            return [t.to_record() for t in session.scalars(select(Tenant).order_by(Tenant.name))]
+
+    def update(self, tenant_id: str, *, quota: Mapping | None = None,
+               max_priority: int | None = None, weight: float | None = None) -> TenantRecord:
+        """Change what is given; `quota` replaces only the limits it names (a
+        None limit is no limit)."""
+        with transaction(self._writer) as session:
+            tenant = session.get(Tenant, tenant_id, with_for_update=True)
+            if tenant is None:
+                raise TenantNotFound(tenant_id)
+            if quota is not None:
+                tenant.quota = full_quota({**tenant.quota, **quota})
+            if max_priority is not None:
+                tenant.max_priority = max_priority
+            if weight is not None:
+                tenant.weight = weight
+            tenant.updated_at = utcnow()
+            session.flush()
+            return tenant.to_record()
+
+    def delete(self, tenant_id: str) -> None:
+        """Remove the tenant, its key and its finished jobs; refused
+        (`TenantBusy`) while any of its jobs is unfinished."""
+        with transaction(self._writer) as session:
+            tenant = session.get(Tenant, tenant_id, with_for_update=True)
+            if tenant is None:
+                raise TenantNotFound(tenant_id)
+            terminal = [s.value for s in TERMINAL]
+            unfinished = session.scalar(select(func.count()).select_from(Job).where(
+                Job.tenant == tenant.name, Job.state.not_in(terminal)))
+            if unfinished:
+                raise TenantBusy(tenant_id, unfinished)
+            session.execute(delete(Job).where(Job.tenant == tenant.name),  # history cascades
+                            execution_options={"synchronize_session": False})
+            session.delete(tenant)
+
+    def rotate_key(self, tenant_id: str) -> tuple[TenantRecord, str]:
+        """A new key for the tenant; the old one stops working with this commit."""
+        key, key_id, hashed = new_key()
+        with transaction(self._writer) as session:
+            tenant = session.scalars(
+                update(Tenant).where(Tenant.id == tenant_id)
+                .values(key_id=key_id, key_hash=hashed, updated_at=utcnow()).returning(Tenant),
+                execution_options={"synchronize_session": False},
+            ).one_or_none()
+            if tenant is None:
+                raise TenantNotFound(tenant_id)
+            return tenant.to_record(), key
+
+    def tenant_for_key(self, key: str) -> TenantRecord | None:
+        """The tenant whose key this is, or None."""
+        match = _KEY.fullmatch(key)
+        if match is None:
+            return None
+        with transaction(self._reader) as session:
+            tenant = session.scalars(
+                select(Tenant).where(Tenant.key_id == match.group(1))
+            ).one_or_none()
+            if tenant is None or not hmac.compare_digest(key_hash(key), tenant.key_hash):
+                return None
+            return tenant.to_record()
+
+    def _one(self, query) -> TenantRecord | None:
+        with transaction(self._reader) as session:
+            tenant = session.scalars(query).one_or_none()
+            return None if tenant is None else tenant.to_record()
+
+
+def check_name(name: str) -> None:
+    if not NAME.fullmatch(name):
+        raise ValueError(f"tenant name must match {NAME.pattern}")
+    if name == ADMIN_TENANT:
+        raise TenantExists(name)
+
+
+def full_quota(quota: Mapping | None) -> dict:
+    """Every limit named (None: no limit); an unknown one is refused."""
+    quota = dict(quota or {})
+    unknown = sorted(set(quota) - set(QUOTA_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown quota limits: {', '.join(unknown)}")
+    return {name: quota.get(name) for name in QUOTA_FIELDS}
