@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
+from api.rate_limit import RateLimiter
 from api.routes import cluster, health, jobs, logs, tenants
 
 
@@ -18,6 +19,7 @@ def create_app(supervisor) -> FastAPI:
                   description="Multi-tenant FSDP2 training on Ray.")
     app.state.supervisor = supervisor
     app.state.admin_key = settings.resolved_admin_key()
+    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
     for module in (jobs, logs, tenants, cluster, health):
         app.include_router(module.router)
     install_error_handlers(app)

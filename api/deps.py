@@ -2,6 +2,7 @@
 
     CurrentTenant   the tenant whose key is in `Authorization: Bearer <key>`:
                     the admin key is the tenant "admin"; a tenant's key, its name
+                    (each request charged to its rate limit: `api.rate_limit`)
     require_admin   a route (or router) for the admin key only (403 otherwise)
     SupervisorDep   the control plane (`service.supervisor.Supervisor`)
     StoreDep        its job store
@@ -48,13 +49,21 @@ def _current_tenant(
     presented = credentials.credentials if credentials else ""
     if presented:
         if hmac.compare_digest(presented.encode(), request.app.state.admin_key.encode()):
-            return ADMIN_TENANT
+            return _within_rate(request, ADMIN_TENANT)
         tenant = store.tenants.tenant_for_key(presented)
         if tenant is not None:
-            return tenant.name
+            return _within_rate(request, tenant.name)
     message = "missing API key" if not credentials else "invalid API key"
     raise HTTPException(401, f"{message}: send 'Authorization: Bearer <key>'",
                         headers={"WWW-Authenticate": "Bearer"})
+
+
+def _within_rate(request: Request, tenant: str) -> str:
+    """The tenant, charged one request (429 with Retry-After over its rate)."""
+    limiter = getattr(request.app.state, "rate_limiter", None)
+    if limiter is not None:
+        limiter.check(tenant)
+    return tenant
 
 
 CurrentTenant = Annotated[str, Depends(_current_tenant)]

@@ -17,7 +17,13 @@ from starlette.exceptions import HTTPException
 
 from api.schemas import ErrorBody, ErrorPublic
 from service.states import IllegalTransition
-from service.store.errors import JobNotFound, TenantBusy, TenantExists, TenantNotFound
+from service.store.errors import (
+    JobNotFound,
+    QuotaExceeded,
+    TenantBusy,
+    TenantExists,
+    TenantNotFound,
+)
 from workers.config import ConfigError
 from workers.errors import CapacityError
 
@@ -58,6 +64,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(IllegalTransition, _illegal_transition)
     app.add_exception_handler(JobNotFound, _job_not_found)
     app.add_exception_handler(TenantNotFound, _tenant_not_found)
+    app.add_exception_handler(QuotaExceeded, _quota_exceeded)
     app.add_exception_handler(TenantExists, _tenant_conflict)
     app.add_exception_handler(TenantBusy, _tenant_conflict)
     app.add_exception_handler(HTTPException, _http_error)
@@ -95,6 +102,14 @@ async def _tenant_not_found(request: Request, exc: TenantNotFound) -> JSONRespon
 
 async def _tenant_conflict(request: Request, exc: TenantExists | TenantBusy) -> JSONResponse:
     return error_response(409, str(exc), "name" if isinstance(exc, TenantExists) else None)
+
+
+async def _quota_exceeded(request: Request, exc: QuotaExceeded) -> JSONResponse:
+    """A full queue clears as jobs start: 429, try again; a job that could
+    never run under the quota (or above the tenant's priority): 403."""
+    if exc.retryable:
+        return error_response(429, exc.reason, "quota", headers={"Retry-After": "1"})
+    return error_response(403, exc.reason, "quota")
 
 
 async def _illegal_transition(request: Request, exc: IllegalTransition) -> JSONResponse:

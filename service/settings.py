@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     data_dir: str = Field(default_factory=lambda: os.path.join(os.getcwd(), ".data"))
     storage_uri: str | None = None  # checkpoint root; default: file://{data_dir}/storage
     storage_options: dict = Field(default_factory=dict)  # fsspec options, e.g. an S3 endpoint
+    # where tenants' data lies (each under tenants/{tenant}/data/); default: file://{data_dir}/data-store
+    data_uri_root: str | None = None
     database_url: str | None = None  # default: SQLite (WAL) under data_dir
     ray_address: str | None = None  # an existing cluster; default: start a local one
     ray_num_cpus: int | None = None  # for the local cluster; default: Ray's own count
@@ -33,6 +35,8 @@ class Settings(BaseSettings):
     poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
     pg_timeout_s: float = 30.0  # a hung collective fails after this
     max_body_bytes: int = 1 << 20
+    rate_limit_per_s: float = Field(50.0, gt=0)  # each tenant's sustained /v1 requests per second
+    rate_limit_burst: int = Field(100, ge=1)  # ... and how many it may send at once
     stream_max_s: float = 600.0  # a followed log stream closes after this; clients reconnect
 
     @model_validator(mode="after")
@@ -54,6 +58,11 @@ class Settings(BaseSettings):
     @cached_property
     def resolved_storage_uri(self) -> str:
         return self.storage_uri or f"file://{Path(self.data_dir).resolve() / 'storage'}"
+
+    @cached_property
+    def resolved_data_uri_root(self) -> str:
+        root = self.data_uri_root or f"file://{Path(self.data_dir).resolve() / 'data-store'}"
+        return root.rstrip("/")
 
     def resolved_secret(self) -> str:
         """The manifest-signing secret: set, or made once and kept in data_dir."""

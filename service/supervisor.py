@@ -14,8 +14,10 @@ import logging
 import threading
 
 from checkpoints import CheckpointStore
+from service.data_access import check_data_uri
 from service.ray_cluster import cluster_capacity
 from service.runner import JobRunner, group_name
+from service.scheduling import Demand
 from service.settings import Settings
 from service.spec import JobSpec
 from service.states import ACTIVE
@@ -41,11 +43,13 @@ class Supervisor:
     # -- requests ---------------------------------------------------------------
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
+        if spec.data.source == "uri":
+            check_data_uri(spec.data.uri, tenant, self.settings.resolved_data_uri_root)
         spec.check_runnable()
         self._check_fits(spec, spec.min_workers)
         job, created = self.store.create_job(
             tenant=tenant, name=spec.name, spec=spec.model_dump(mode="json", by_alias=True),
-            priority=spec.priority, idempotency_key=idempotency_key,
+            priority=spec.priority, idempotency_key=idempotency_key, demand=Demand.from_spec(spec),
         )
         self._wake.set()
         return job, created

@@ -26,14 +26,15 @@ from service.states import JobState
 MAX_PAGE = 500
 MAX_INDEX = 2**62  # offsets, steps and ids stay inside a database's BIGINT
 
-ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422)}
+ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422, 429)}
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
 Index = Annotated[int, Query(ge=0, le=MAX_INDEX)]
 
 
 @router.post("", status_code=201, response_model=JobPublic,
-             responses={200: {"model": JobPublic, "description": "an idempotent retry: the job"}})
+             responses={200: {"model": JobPublic, "description": "an idempotent retry: the job"},
+                        429: {"model": ErrorPublic, "description": "the tenant's queue is full"}})
 def submit_job(
     spec: JobCreate,
     tenant: CurrentTenant,
@@ -45,8 +46,11 @@ def submit_job(
     ] = None,
 ) -> JobPublic:
     """Queue a job. With an `Idempotency-Key`, a retried submit returns the
-    job the first one made (200) instead of making another. A priority above
-    the tenant's `max_priority` is refused (403)."""
+    job the first one made (200) instead of making another, even with the
+    queue full. A priority above the tenant's `max_priority`, or a job whose
+    smallest size needs more workers or gpus than its quota allows, is
+    refused (403); a tenant with `max_queued_jobs` jobs queued gets 429 and
+    `Retry-After`."""
     check_priority(tenant, spec.priority, store)
     job, created = supervisor.submit(tenant, spec, idempotency_key)
     if not created:

@@ -17,7 +17,7 @@ from service.store import TenantRecord
 
 _TENANT_ID = re.compile(r"^t-[0-9a-f]{1,30}$")
 
-ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422)}
+ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422, 429)}
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=ERRORS,
                    dependencies=[Depends(require_admin)])
 

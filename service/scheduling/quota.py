@@ -34,6 +34,10 @@ class QuotaPolicy:
         why = never_runs(demand, tenant)
         if why:
             return QuotaDecision(False, f"the job could never run: {why}")
+        return self.check_queue(tenant, queued_count)
+
+    def check_queue(self, tenant: TenantPolicy, queued_count: int) -> QuotaDecision:
+        """The queue quota alone: room for one more queued job?"""
         limit = tenant.quota.max_queued_jobs
         if limit is not None and queued_count >= limit:
             return QuotaDecision(False, f"quota: tenant {tenant.name} has {queued_count}/{limit} "

@@ -3,6 +3,7 @@
 from service.store.errors import (
     ConcurrentUpdate,
     JobNotFound,
+    QuotaExceeded,
     TenantBusy,
     TenantExists,
     TenantNotFound,
@@ -18,6 +19,7 @@ __all__ = [
     "JobRecord",
     "JobStore",
     "LogRecord",
+    "QuotaExceeded",
     "TenantBusy",
     "TenantExists",
     "TenantNotFound",

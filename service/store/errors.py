@@ -55,3 +55,12 @@ class TenantBusy(RuntimeError):
         self.tenant_id, self.unfinished = tenant_id, unfinished
         super().__init__(f"tenant {tenant_id} has {unfinished} unfinished job(s): "
                          "cancel them and wait for them to finish first")
+
+
+class QuotaExceeded(RuntimeError):
+    """A submit the tenant's quota refuses: for now (`retryable`: its queue is
+    full; 429) or for good (the job could never run under its quota; 403)."""
+
+    def __init__(self, reason: str, *, retryable: bool):
+        self.reason, self.retryable = reason, retryable
+        super().__init__(reason)

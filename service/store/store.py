@@ -27,10 +27,19 @@ from sqlalchemy.orm import Session
 
 from service.states import JobState, check_transition
 from service.store.engine import build_engines, normalize_url, transaction
-from service.store.errors import ConcurrentUpdate, JobNotFound, UnexpectedState
-from service.store.models import LOG_LINE_LENGTH, Job, JobEvent, JobLog, JobMetrics, utcnow
+from service.scheduling import Demand, QuotaPolicy
+from service.store.errors import ConcurrentUpdate, JobNotFound, QuotaExceeded, UnexpectedState
+from service.store.models import (
+    LOG_LINE_LENGTH,
+    Job,
+    JobEvent,
+    JobLog,
+    JobMetrics,
+    Tenant,
+    utcnow,
+)
 from service.store.records import EventRecord, JobRecord, LogRecord
-from service.store.tenants import TenantStore
+from service.store.tenants import TenantStore, tenant_policy
 
 MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
 TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
@@ -89,9 +98,23 @@ class JobStore:
     def create_job(
         self, *, tenant: str, name: str, spec: dict, priority: int = 0,
         idempotency_key: str | None = None, reason: str = "submitted",
+        demand: Demand | None = None,
     ) -> tuple[JobRecord, bool]:
         """A new QUEUED job and its creation event: (job, True). With an
-        idempotency key the tenant has used before: (that job, False)."""
+        idempotency key the tenant has used before: (that job, False), even
+        when its quota would refuse a new one.
+
+        A tenant with a row in `tenants` is held to its quota, atomically: its
+        row is locked (Postgres; on SQLite the write transaction's BEGIN
+        IMMEDIATE already serialises writers), its QUEUED jobs are counted and
+        the job inserted in one transaction, so N+1 racing submits at a
+        `max_queued_jobs` of N admit exactly N. Only QUEUED jobs count (a
+        preempted job requeued counts again; a SUSPENDED one waits for its
+        user, not for capacity, and does not). With `demand` the job is also
+        refused when it could never run under the quota, or asks for a
+        priority above the tenant's (`QuotaPolicy.check_submit`). Refusals
+        raise `QuotaExceeded`. A name with no tenants row (the admin) is
+        unlimited."""
         if idempotency_key is not None and (found := self._by_key(tenant, idempotency_key)):
             return found, False
         now = utcnow()
@@ -102,6 +125,8 @@ class JobStore:
         )
         try:
             with self._write() as session:
+                if found := self._check_quota(session, tenant, idempotency_key, demand):
+                    return found, False  # the same key committed while this one waited
                 session.add(job)
                 session.flush()  # the job row before its event's foreign key
                 session.add(JobEvent(job_id=job.id, time=now, from_state=None,
@@ -291,6 +316,40 @@ class JobStore:
 
     def _by_key(self, tenant: str, key: str) -> JobRecord | None:
         return self._one(select(Job).where(Job.tenant == tenant, Job.idempotency_key == key))
+
+    def _check_quota(self, session: Session, tenant: str, idempotency_key: str | None,
+                     demand: Demand | None) -> JobRecord | None:
+        """In the submit's write transaction, before the insert: lock the
+        tenant's row, then answer the job this idempotency key already made
+        (if any, committed while this submit waited), or raise
+        `QuotaExceeded` where the quota refuses a new one; None: insert."""
+        row = session.scalars(
+            select(Tenant).where(Tenant.name == tenant).with_for_update()
+        ).one_or_none()
+        if idempotency_key is not None:
+            found = session.scalars(select(Job).where(
+                Job.tenant == tenant, Job.idempotency_key == idempotency_key)).one_or_none()
+            if found is not None:
+                return found.to_record()
+        if row is None:  # the admin: no tenants row, no quota
+            return None
+        queued = session.scalar(select(func.count()).select_from(Job).where(
+            Job.tenant == tenant, Job.state == JobState.QUEUED.value))
+        policy, quota = tenant_policy(row.to_record()), QuotaPolicy()
+        decision = (quota.check_queue(policy, queued) if demand is None
+                    else quota.check_submit(policy, queued, demand))
+        if not decision.allowed:
+            raise QuotaExceeded(decision.reason, retryable=decision.retryable)
+        return None
+        queued = session.scalar(select(func.count()).select_from(Job).where(
+            Job.tenant == tenant, Job.state == JobState.QUEUED.value))
+        policy = tenant_policy(row.to_record())
+        quota = QuotaPolicy()
+        decision = (quota.check_queue(policy, queued) if demand is None
+                    else quota.check_submit(policy, queued, demand))
+        if not decision.allowed:
+            raise QuotaExceeded(decision.reason, retryable=decision.retryable)
+        return True
 
     @staticmethod
     def _update(session: Session, job_id: str, changes: dict,

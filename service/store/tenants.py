@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from service.scheduling import Quota, TenantPolicy
 from service.states import TERMINAL
 from service.store.engine import transaction
 from service.store.errors import TenantBusy, TenantExists, TenantNotFound
@@ -166,3 +167,9 @@ def full_quota(quota: Mapping | None) -> dict:
     if unknown:
         raise ValueError(f"unknown quota limits: {', '.join(unknown)}")
     return {name: quota.get(name) for name in QUOTA_FIELDS}
+
+
+def tenant_policy(tenant: TenantRecord) -> TenantPolicy:
+    """What the scheduling policies read of a tenant."""
+    quota = full_quota(tenant.quota)
+    return TenantPolicy(tenant.name, Quota(**quota), tenant.max_priority, tenant.weight)

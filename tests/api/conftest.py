@@ -21,10 +21,12 @@ from tests.api.live_server import LiveServer
 ADMIN_KEY = "test-admin-key"
 
 
-def make_supervisor(data_dir) -> Supervisor:
-    settings = Settings(data_dir=str(data_dir), admin_key=ADMIN_KEY, secret="test-secret",
-                        poll_interval_s=0.05,
-                        stream_max_s=1.0)  # a fuzzer following a live job moves on quickly
+def make_supervisor(data_dir, **overrides) -> Supervisor:
+    fields = dict(data_dir=str(data_dir), admin_key=ADMIN_KEY, secret="test-secret",
+                  poll_interval_s=0.05,
+                  stream_max_s=1.0,  # a fuzzer following a live job moves on quickly
+                  rate_limit_per_s=1e6, rate_limit_burst=1_000_000)  # a fuzzer's ~1000 requests pass
+    settings = Settings(**{**fields, **overrides})
     store = JobStore(settings.resolved_database_url)
     store.migrate()
     return Supervisor(settings, store)
