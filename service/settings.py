@@ -66,6 +66,10 @@ class Settings(BaseSettings):
 
     def resolved_secret(self) -> str:
         """The manifest-signing secret: set, or made once and kept in data_dir."""
+        return self._secret_value
+
+    @cached_property
+    def _secret_value(self) -> str:
         return self.secret or _kept_secret(Path(self.data_dir) / "secret")
 
     def resolved_admin_key(self) -> str:

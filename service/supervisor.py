@@ -23,7 +23,7 @@ from service.spec import JobSpec
 from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore
-from workers.config import JobConfig
+from workers.config import CheckpointTarget, JobConfig
 from workers.errors import CapacityError, RankError, WorkerGroupError
 from workers.group import WorkerGroup
 
@@ -125,11 +125,7 @@ class Supervisor:
         return None if latest is None else {"step": latest.step, "world_size": latest.world_size}
 
     def _checkpoint_store(self, job: JobRecord) -> CheckpointStore:
-        return CheckpointStore(
-            self.settings.resolved_storage_uri, tenant=job.tenant, job=job.id,
-            secret=self.settings.resolved_secret().encode(),
-            storage_options=self.settings.storage_options,
-        )
+        return CheckpointTarget.from_dict(self.checkpoint_target(job)).open_store()
 
     # -- the loop ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from checkpoints import CheckpointStore, decode_bytes, encode_bytes
+from checkpoints import decode_bytes, encode_bytes
 from checkpoints.checkpointer import Checkpointer, LoadResult
 from checkpoints.stateful import ModelAndOptimizer
 from workers.config import CheckpointConfig, CheckpointTarget
@@ -30,14 +30,7 @@ class TrainerCheckpoints:
 
     def __init__(self, target: CheckpointTarget, policy: CheckpointConfig, timeout_s: float = 600.0):
         self.policy = policy
-        store = CheckpointStore(
-            target.root,
-            tenant=target.tenant,
-            job=target.job,
-            secret=target.secret.encode(),
-            storage_options=target.storage_options,
-        )
-        self.checkpointer = Checkpointer(store, keep_last=policy.keep_last, timeout_s=timeout_s)
+        self.checkpointer = Checkpointer(target.open_store(), keep_last=policy.keep_last, timeout_s=timeout_s)
         self.last_saved: int | None = None
 
     def resume(self, trainer: Trainer) -> LoadResult | None:

@@ -225,6 +225,15 @@ class CheckpointTarget:
     def from_dict(cls, raw: dict[str, Any]) -> CheckpointTarget:
         return cls(**raw)
 
+    def open_store(self):
+        """The job's `CheckpointStore` (torch-free: the control plane lists with it)."""
+        from checkpoints import CheckpointStore
+
+        return CheckpointStore(
+            self.root, tenant=self.tenant, job=self.job, secret=self.secret.encode(),
+            storage_options=self.storage_options,
+        )
+
 
 @dataclass(kw_only=True)
 class JobConfig:

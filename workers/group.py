@@ -384,10 +384,6 @@ class TrainingRun:
 
     def progress(self) -> list[dict]:
         """Rank 0's metrics so far, one dict per finished step."""
-        rank0 = self._group.actors[:1]
-        if rank0:
-            ref = rank0[0].progress.remote(len(self._steps))
-            new = self._group._await([ref], PROGRESS_TIMEOUT_S)
-            if new:
-                self._steps.extend(new[0])
+        if self._group.actors:
+            self._steps.extend(self._group.progress(len(self._steps)))
         return list(self._steps)
