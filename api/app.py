@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from api import access_log
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
@@ -23,5 +24,6 @@ def create_app(supervisor) -> FastAPI:
     for module in (jobs, logs, tenants, cluster, health):
         app.include_router(module.router)
     install_error_handlers(app)
+    access_log.install()
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -54,15 +54,26 @@ def serve(
              "ray_address": ray_address}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
     listener = bind_listener(settings.host, settings.port)  # bound now: the URL printed is real
+    admin_key, generated = settings.ensure_admin_key()
     supervisor = build_supervisor(settings)  # joins or starts Ray, reconciles, starts supervising
     try:
         server = uvicorn.Server(uvicorn.Config(create_app(supervisor), log_level="info"))
         typer.echo(f"Brigade API on {url_of(listener)}")
-        typer.echo(f"admin key: {settings.resolved_admin_key()}")
+        typer.echo(_admin_key_line(settings, admin_key, generated))
         server.run(sockets=[listener])
     finally:
         supervisor.stop()
         listener.close()
+
+
+def _admin_key_line(settings: Settings, key: str, generated: bool) -> str:
+    """The admin key is shown once, by the start that generates it; never again."""
+    if settings.admin_key:
+        return "admin key: as set in BRIGADE_ADMIN_KEY"
+    if generated:
+        return (f"admin key (shown this once; kept in {settings.admin_key_file}, readable by "
+                f"you only): {key}")
+    return f"admin key: generated at first start, kept in {settings.admin_key_file}"
 
 
 def main() -> None:

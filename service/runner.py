@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from service.spec import JobSpec
 from service.states import IllegalTransition
+from service.store.errors import UnexpectedState
 from service.states import JobState as S
 from workers.errors import PlacementTimeoutError, RankError, WorkerGroupError
 from workers.group import WorkerGroup
@@ -44,12 +45,18 @@ class JobRunner(threading.Thread):
         try:
             while not self.detach.is_set():
                 job = self.store.get_job(self.job_id)
-                if job.state is S.RESTARTING:
+                if self.group is None and job.state is S.RESTARTING:
                     self._backoff(job)
-                    job = self.store.transition(
-                        self.job_id, S.STARTING, reason=f"starting attempt {job.attempt + 1}",
-                        expect=S.RESTARTING, attempt=job.attempt + 1,
-                    )
+                    if self.detach.is_set():
+                        return
+                    try:
+                        job = self._restart(job)
+                    except UnexpectedState:
+                        continue  # cancelled, suspended or preempted meanwhile: look again
+                    if job is None:
+                        return
+                if self.group is None and self._released_without_group(job):
+                    return
                 if self.group is None:
                     self.group = self._launch(job)
                     if self.group is None:
@@ -69,6 +76,34 @@ class JobRunner(threading.Thread):
                 self.group.shutdown()
             self.sup.runner_done(self.job_id)
 
+    def _restart(self, job: JobRecord) -> JobRecord | None:
+        """RESTARTING -> STARTING at the largest size that fits now (an
+        elastic job shrinks after losing a node), or back to the queue."""
+        workers = self.sup.admission.restart_size(job)
+        if workers is None:
+            self.store.transition(
+                self.job_id, S.QUEUED, expect=S.RESTARTING, workers=None,
+                reason="restart: not enough free capacity for any of its sizes; requeued",
+            )
+            return None
+        resized = f" at {workers} workers (was {job.workers})" if workers != job.workers else ""
+        return self.store.transition(
+            self.job_id, S.STARTING, expect=S.RESTARTING, attempt=job.attempt + 1,
+            workers=workers, reason=f"starting attempt {job.attempt + 1}{resized}",
+        )
+
+    def _released_without_group(self, job: JobRecord) -> bool:
+        """A job asked to give back workers it does not hold (preempted,
+        suspended or cancelled between attempts) goes straight on."""
+        ends = {S.PREEMPTING: (S.QUEUED, "requeued"), S.SUSPENDING: (S.SUSPENDED, "suspended"),
+                S.CANCELLING: (S.CANCELLED, "cancelled")}
+        if job.state not in ends:
+            return False
+        target, what = ends[job.state]
+        self.store.transition(self.job_id, target, expect=job.state, workers=None,
+                              reason=f"{what} between attempts: no workers were running")
+        return True
+
     def _launch(self, job: JobRecord) -> WorkerGroup | None:
         spec = JobSpec.model_validate(job.spec)
         res = spec.resources_per_worker
@@ -77,6 +112,7 @@ class JobRunner(threading.Thread):
             cpus_per_worker=res.cpu,
             gpus_per_worker=res.gpu,
             name_prefix=group_name(job.id, job.attempt),
+            placement_strategy=spec.placement,
             detached=True,
             pg_timeout_s=self.sup.settings.pg_timeout_s,
         )
@@ -84,8 +120,12 @@ class JobRunner(threading.Thread):
             group.start()
             group.start_training(spec.engine_config(), checkpoint=self.sup.checkpoint_target(job))
         except PlacementTimeoutError as e:
-            self.store.transition(self.job_id, S.QUEUED, reason=f"capacity not available: {e}",
-                                  expect=S.STARTING)
+            group.shutdown()
+            try:
+                self.store.transition(self.job_id, S.QUEUED, expect=S.STARTING, workers=None,
+                                      reason=f"capacity not available: {e}; requeued")
+            except IllegalTransition:
+                self._released_without_group(self.store.get_job(self.job_id))
             return None
         except (WorkerGroupError, ValueError) as e:
             self._conclude(("failed", f"could not start: {e}"))
@@ -105,8 +145,11 @@ class JobRunner(threading.Thread):
         return group
 
     def _watch(self) -> tuple[str, str | None]:
-        """Poll the group until it ends; ('done'|'cancelled'|'failed', error)."""
-        seen, stop_sent = 0, False
+        """Poll the group until it ends; ('done'|'cancelled'|'failed'|'killed', error).
+        A group asked to stop (preempted, suspended) that has not stopped
+        within its grace period is 'killed'."""
+        seen, stop_sent = 0, None
+        grace = self._grace_s()
         while not self.detach.is_set():
             try:
                 seen += self._record(self.group.progress(seen))
@@ -119,9 +162,13 @@ class JobRunner(threading.Thread):
             state = self.store.get_job(self.job_id).state
             if state is S.CANCELLING:
                 return ("cancelled", None)
-            if state in (S.SUSPENDING, S.PREEMPTING) and not stop_sent:
-                self.group.request_stop()
-                stop_sent = True
+            if state in (S.SUSPENDING, S.PREEMPTING):
+                if stop_sent is None:
+                    self.group.request_stop()
+                    stop_sent = time.monotonic()
+                elif time.monotonic() - stop_sent > grace:
+                    return ("killed", f"did not checkpoint and stop within its grace period "
+                                      f"of {grace:g} s: ranks killed")
             time.sleep(self.sup.settings.poll_interval_s)
         return ("detached", None)
 
@@ -160,15 +207,21 @@ class JobRunner(threading.Thread):
                                       reason=f"checkpointed at step {job.step}; workers released",
                                       workers=None, **fields)
             elif job.state is S.PREEMPTING:
-                self.store.transition(self.job_id, S.QUEUED,
-                                      reason=f"preempted at step {job.step}; requeued", **fields)
+                self.store.transition(self.job_id, S.QUEUED, workers=None, **fields,
+                                      reason=f"checkpointed at step {job.step} and stopped: "
+                                             "preempted, requeued")
             else:  # stopped short without being asked: treat as a failure
                 return self._restart_or_fail(job, f"ranks stopped at step {job.step}", fields)
             return False
+        resumes = (f"resumes from checkpoint step {checkpoint['step']}" if checkpoint
+                   else "restarts from step 0 (no checkpoint yet)")
         if job.state is S.SUSPENDING:
             self.store.transition(self.job_id, S.SUSPENDED, workers=None, **fields,
-                                  reason=f"workers lost while suspending ({error}); "
-                                         "will resume from the latest checkpoint")
+                                  reason=f"stopped while suspending ({error}); {resumes}")
+            return False
+        if job.state is S.PREEMPTING:  # not the job's fault: not counted as a failure
+            self.store.transition(self.job_id, S.QUEUED, workers=None, **fields,
+                                  reason=f"stopped while preempted ({error}); requeued, {resumes}")
             return False
         return self._restart_or_fail(job, error or "unknown failure", fields)
 
@@ -190,6 +243,10 @@ class JobRunner(threading.Thread):
         if job is not None and not job.state.is_terminal:
             target = S.CANCELLED if job.state is S.CANCELLING else S.FAILED
             self.store.transition(self.job_id, target, reason=error, error=error)
+
+    def _grace_s(self) -> float:
+        spec = self.store.get_job(self.job_id).spec
+        return spec.get("preemption_grace_s") or self.sup.settings.preemption_grace_s
 
     def _backoff(self, job: JobRecord) -> None:
         self.detach.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** max(0, job.restarts - 1)))

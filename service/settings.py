@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     port: int = 8000
     poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
     pg_timeout_s: float = 30.0  # a hung collective fails after this
+    preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets
+    # fair share between tenants: what they held over this window counts, and a
+    # share held now counts for `fair_share_horizon_s` seconds of it (see service.scheduling)
+    fair_share_window_s: float = Field(3600.0, gt=0)
+    fair_share_horizon_s: float = Field(60.0, gt=0)
     max_body_bytes: int = 1 << 20
     rate_limit_per_s: float = Field(50.0, gt=0)  # each tenant's sustained /v1 requests per second
     rate_limit_burst: int = Field(100, ge=1)  # ... and how many it may send at once
@@ -70,11 +75,18 @@ class Settings(BaseSettings):
 
     @cached_property
     def _secret_value(self) -> str:
-        return self.secret or _kept_secret(Path(self.data_dir) / "secret")
+        return self.secret or _kept_secret(Path(self.data_dir) / "secret")[0]
 
     def resolved_admin_key(self) -> str:
         """The admin API key: set, or made once and kept in data_dir."""
-        return self.admin_key or _kept_secret(self.admin_key_file)
+        return self.ensure_admin_key()[0]
+
+    def ensure_admin_key(self) -> tuple[str, bool]:
+        """(the admin key, whether this call generated it): the one start
+        that makes the key is the one that shows it."""
+        if self.admin_key:
+            return self.admin_key, False
+        return _kept_secret(self.admin_key_file)
 
     @property
     def admin_key_file(self) -> Path:
@@ -82,13 +94,13 @@ class Settings(BaseSettings):
         return Path(self.data_dir) / "admin_key"
 
 
-def _kept_secret(path: Path) -> str:
+def _kept_secret(path: Path) -> tuple[str, bool]:
+    """(the secret kept at `path`, whether it was made now)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-    return path.read_text().strip()
+        return path.read_text().strip(), False
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path.read_text().strip(), True

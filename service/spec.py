@@ -111,6 +111,11 @@ class JobSpec(_Strict):
     sharding: ShardingSpec = Field(default_factory=ShardingSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    # how the ranks spread over Ray's nodes: PACK (fewest nodes) or SPREAD (one a node where it can)
+    placement: Literal["PACK", "SPREAD"] = "PACK"
+    # once asked to give its workers back (preempted), how long the job may take to
+    # checkpoint and stop before its ranks are killed; default: the service's setting
+    preemption_grace_s: Annotated[float, Field(gt=0, le=3600)] | None = None
 
     @field_validator("workers", mode="before")
     @classmethod

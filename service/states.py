@@ -6,6 +6,8 @@
                             |  \\----> SUSPENDING -> SUSPENDED -> QUEUED (resume)
                             \\-------> PREEMPTING -> QUEUED      (checkpoint, then release)
           RUNNING --worker lost--> RESTARTING -> STARTING       (from the latest checkpoint)
+    STARTING and RESTARTING may be preempted too; a RESTARTING job that no
+    longer fits the cluster at any of its sizes goes back to QUEUED.
 
 Every change is a row in the job's event log with its reason; a transition
 not in the table is an error (`IllegalTransition`), never a silent overwrite.
@@ -45,14 +47,16 @@ ACTIVE = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.RESTART
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.FAILED}),
-    S.STARTING: frozenset({S.RUNNING, S.RESTARTING, S.FAILED, S.CANCELLING, S.SUSPENDING, S.QUEUED}),
+    S.STARTING: frozenset(
+        {S.RUNNING, S.RESTARTING, S.FAILED, S.CANCELLING, S.SUSPENDING, S.PREEMPTING, S.QUEUED}
+    ),
     S.RUNNING: frozenset(
         {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.SUSPENDING, S.PREEMPTING, S.RESTARTING}
     ),
     S.SUSPENDING: frozenset({S.SUSPENDED, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.RESTARTING}),
     S.SUSPENDED: frozenset({S.QUEUED, S.CANCELLED}),
     S.PREEMPTING: frozenset({S.QUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLING}),
-    S.RESTARTING: frozenset({S.STARTING, S.FAILED, S.CANCELLING}),
+    S.RESTARTING: frozenset({S.STARTING, S.FAILED, S.CANCELLING, S.PREEMPTING, S.QUEUED}),
     S.CANCELLING: frozenset({S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),

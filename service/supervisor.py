@@ -1,6 +1,7 @@
-"""The control plane: takes requests, admits queued jobs first come first
-served by free capacity, runs one `JobRunner` thread per active job, and on
-start reconciles the store with what is alive on Ray.
+"""The control plane: takes requests, runs the scheduling passes (priority,
+fair share, elastic sizing, preemption: `service.admission`), runs one
+`JobRunner` thread per active job, and on start reconciles the store with
+what is alive on Ray.
 
 No job is lost or run twice: a job's worker group is named by (job,
 attempt) and detached, so after a control-plane restart the supervisor
@@ -14,7 +15,9 @@ import logging
 import threading
 
 from checkpoints import CheckpointStore
+from service.admission import Admission
 from service.data_access import check_data_uri
+from service.log_text import printable
 from service.ray_cluster import cluster_capacity
 from service.runner import JobRunner, group_name
 from service.scheduling import Demand
@@ -39,6 +42,7 @@ class Supervisor:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_stop = on_stop  # e.g. stop the local Ray head
+        self.admission = Admission(settings, store)
 
     # -- requests ---------------------------------------------------------------
 
@@ -77,7 +81,7 @@ class Supervisor:
             self._check_fits(spec, workers)
         reason = "resumed by the user" + (f" at {workers} workers" if workers else "")
         job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
-                                    requested_workers=workers)
+                                    requested_workers=workers, queue_quota=job.tenant)
         self._wake.set()
         return job
 
@@ -108,8 +112,13 @@ class Supervisor:
             "capacity": capacity,
             "usage": self._usage(active),
             "running_jobs": len(active),
-            "queue": [{"id": j.id, "name": j.name, "tenant": j.tenant} for j in queued],
+            "queue": [{"id": j.id, "name": j.name, "tenant": j.tenant, "priority": j.priority,
+                       "waiting": self.waiting_reason(j.id)} for j in queued],
         }
+
+    def waiting_reason(self, job_id: str) -> str | None:
+        """Why a queued job did not start at the latest scheduling pass."""
+        return self.admission.waiting.get(job_id)
 
     # -- checkpoints ------------------------------------------------------------
 
@@ -165,26 +174,8 @@ class Supervisor:
             self._wake.clear()
 
     def _admit(self) -> None:
-        """First come, first served: the oldest queued job starts when its
-        world size fits the free capacity; nothing overtakes it."""
-        free = cluster_capacity()
-        for key, used in self._usage(self.store.jobs_in_states(ACTIVE)).items():
-            free[key] -= used
-        for job in self.store.jobs_in_states([S.QUEUED]):
-            spec = JobSpec.model_validate(job.spec)
-            sizes = [job.requested_workers] if job.requested_workers else spec.world_sizes()
-            res = spec.resources_per_worker
-            fitting = [n for n in sizes if n * res.cpu <= free["cpu"] + 1e-6
-                       and n * res.gpu <= free["gpu"] + 1e-6]
-            if not fitting:
-                return
-            n = fitting[0]
-            job = self.store.transition(
-                job.id, S.STARTING, expect=S.QUEUED, workers=n, requested_workers=None,
-                attempt=job.attempt + 1, reason=f"admitted at {n} workers",
-            )
-            free["cpu"] -= n * res.cpu
-            free["gpu"] -= n * res.gpu
+        """One scheduling pass (see `service.admission`): launch what it starts."""
+        for job in self.admission.run_pass():
             self._spawn(JobRunner(self, job.id))
 
     def _spawn(self, runner: JobRunner) -> None:
@@ -205,7 +196,7 @@ class Supervisor:
                     group = WorkerGroup.attach(name, job.workers)
                     group.status()
                 except (WorkerGroupError, RankError, ValueError) as e:
-                    logger.info("job %s: group %s not usable: %s", job.id, name, e)
+                    logger.info("job %s: group %s not usable: %s", job.id, name, printable(e))
                     group = None
             if group is not None:
                 self.store.note(job.id, f"reconciled after a control-plane restart: "

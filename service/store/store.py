@@ -25,6 +25,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.log_text import printable
 from service.states import JobState, check_transition
 from service.store.engine import build_engines, normalize_url, transaction
 from service.scheduling import Demand, QuotaPolicy
@@ -180,7 +181,8 @@ class JobStore:
 
     def transition(
         self, job_id: str, to: JobState, *, reason: str,
-        expect: JobState | Iterable[JobState] | None = None, **fields,
+        expect: JobState | Iterable[JobState] | None = None, queue_quota: str | None = None,
+        **fields,
     ) -> JobRecord:
         """Move the job to `to` if the table allows it from its stored state
         (and that state is one of `expect`, when given), record the event, and
@@ -188,7 +190,10 @@ class JobStore:
         started_at at the first RUNNING and finished_at at a final state.
 
         Raises IllegalTransition (UnexpectedState for a failed `expect`),
-        JobNotFound, or ConcurrentUpdate if the job kept changing underneath."""
+        JobNotFound, or ConcurrentUpdate if the job kept changing underneath.
+        With `queue_quota` (a tenant's name), the move onto the queue is held
+        to that tenant's `max_queued_jobs` in the same transaction, as a
+        submit is (`QuotaExceeded`)."""
         to = JobState(to)
         expected = _as_states(expect)
         values = _column_values(fields)
@@ -203,6 +208,8 @@ class JobStore:
                 if expected is not None and current not in expected:
                     raise UnexpectedState(job_id, current, to, expected)
                 check_transition(job_id, current, to)
+                if queue_quota is not None:
+                    self._check_quota(session, queue_quota, None, None)
                 now = utcnow()
                 changes = {**values, "state": to.value, "updated_at": now}
                 if to is JobState.RUNNING and found.started_at is None:
@@ -341,15 +348,6 @@ class JobStore:
         if not decision.allowed:
             raise QuotaExceeded(decision.reason, retryable=decision.retryable)
         return None
-        queued = session.scalar(select(func.count()).select_from(Job).where(
-            Job.tenant == tenant, Job.state == JobState.QUEUED.value))
-        policy = tenant_policy(row.to_record())
-        quota = QuotaPolicy()
-        decision = (quota.check_queue(policy, queued) if demand is None
-                    else quota.check_submit(policy, queued, demand))
-        if not decision.allowed:
-            raise QuotaExceeded(decision.reason, retryable=decision.retryable)
-        return True
 
     @staticmethod
     def _update(session: Session, job_id: str, changes: dict,
@@ -415,5 +413,6 @@ def _finite(value):
 
 
 def _log_line(line: str) -> str:
-    # Postgres text cannot hold NUL; a line is cut, never refused.
-    return line.replace("\x00", "\ufffd")[:LOG_LINE_LENGTH]
+    # One printable line (no NUL, which Postgres text cannot hold, no forged
+    # newline); cut, never refused.
+    return printable(line, LOG_LINE_LENGTH - 32)

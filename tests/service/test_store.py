@@ -158,9 +158,13 @@ def test_logs_page_by_after_id(store):
 
 def test_log_lines_are_cut_and_cleaned(store):
     job = submit(store)
-    store.append_log(job.id, ["x" * (LOG_LINE_LENGTH + 100), "nul\x00here", ""])
-    long, nul, empty = (log.line for log in store.logs(job.id))
-    assert long == "x" * LOG_LINE_LENGTH and nul == "nul\ufffdhere" and empty == ""
+    store.append_log(job.id, ["x" * (LOG_LINE_LENGTH + 100), "nul\x00here", "",
+                              "forged\n2026-01-01 step 1\x1b[2J"])
+    long, nul, empty, forged = (log.line for log in store.logs(job.id))
+    assert len(long) <= LOG_LINE_LENGTH and long.startswith("x" * 4000)
+    assert long.endswith("more chars]")
+    assert nul == "nul\\x00here" and empty == ""
+    assert forged == "forged\\n2026-01-01 step 1\\x1b[2J"
     store.append_log(job.id, [])
     with pytest.raises(JobNotFound):
         store.append_log(NO_SUCH_JOB, ["lost"])

@@ -1,0 +1,224 @@
+"""Admission and preemption as the supervisor carries them out: read the
+queue, the active jobs, the tenants and the cluster into the scheduling
+views, ask the policies (`service.scheduling`), and act on what they decide:
+start the jobs admitted (QUEUED -> STARTING at the size chosen) and mark the
+victims of a preemption PREEMPTING, saying who preempted them and why.
+
+It also keeps each tenant's recent service (what its jobs held, for how
+long) for weighted fair share; that history lives in memory and starts empty
+after a control-plane restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from service.ray_cluster import cluster_capacity
+from service.scheduling import (
+    Capacity,
+    Demand,
+    PreemptionPolicy,
+    QueuedJob,
+    Resources,
+    Run,
+    RunningJob,
+    Scheduler,
+    TenantPolicy,
+    attained_service,
+)
+from service.settings import Settings
+from service.spec import JobSpec
+from service.states import ACTIVE, IllegalTransition
+from service.states import JobState as S
+from service.store import JobRecord, JobStore
+from service.store.tenants import tenant_policy
+
+logger = logging.getLogger(__name__)
+
+LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING})
+
+
+@dataclass
+class _Holding:
+    tenant: str
+    held: Resources
+    started: float
+
+
+class ServiceHistory:
+    """What each tenant's jobs held and for how long, over a sliding window:
+    the `Run`s that `attained_service` sums. `observe` is called with the
+    active jobs at every pass; a job's run opens when it is first seen holding
+    workers and closes when it is seen no more (or its size changes)."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self._open: dict[str, _Holding] = {}
+        self._closed: list[Run] = []
+
+    def observe(self, holding: dict[str, tuple[str, Resources]], now: float) -> None:
+        for job_id, run in list(self._open.items()):
+            now_held = holding.get(job_id)
+            if now_held is None or now_held[1] != run.held:
+                self._closed.append(Run(run.tenant, run.held, run.started, now))
+                del self._open[job_id]
+        for job_id, (tenant, held) in holding.items():
+            if job_id not in self._open:
+                self._open[job_id] = _Holding(tenant, held, now)
+        horizon = now - self.window_s
+        self._closed = [run for run in self._closed if run.ended > horizon]
+
+    def runs(self) -> list[Run]:
+        return self._closed + [Run(r.tenant, r.held, r.started) for r in self._open.values()]
+
+    def attained(self, total: Resources, now: float) -> dict[str, float]:
+        return attained_service(self.runs(), total, now - self.window_s, now)
+
+
+class Admission:
+    """One pass at a time, from the supervisor's loop (never concurrently)."""
+
+    def __init__(self, settings: Settings, store: JobStore):
+        self.settings, self.store = settings, store
+        self.scheduler = Scheduler(horizon_s=settings.fair_share_horizon_s)
+        self.preemption = PreemptionPolicy()
+        self.history = ServiceHistory(settings.fair_share_window_s)
+        self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
+        self._specs: dict[str, JobSpec] = {}  # parsed once per job
+        self._specs_lock = threading.Lock()
+
+    def run_pass(self) -> list[JobRecord]:
+        """Decide and act once; the jobs moved to STARTING, for the caller
+        to launch."""
+        now = time.time()
+        total = Resources(**cluster_capacity())
+        active = self.store.jobs_in_states(ACTIVE)
+        queued_records = self.store.jobs_in_states([S.QUEUED])
+        running = [self._running(job) for job in active]
+        held = Resources.total(job.holds for job in running)
+        capacity = Capacity(total=total, free=(total - held).at_least_zero())
+        self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
+        tenants = self._tenants(active + queued_records)
+        queued = {job.id: self._queued(job) for job in queued_records}
+        decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity,
+                                        self.history.attained(total, now))
+        self.waiting = dict(decision.waiting)
+        started = self._start(decision.start, queued)
+        just_started = [self._running(job) for job in started]
+        self._preempt(decision.needs_room, queued, running + just_started,
+                      Capacity(total=total, free=decision.free_after), tenants)
+        self._forget({job.id for job in active + queued_records})
+        return started
+
+    def restart_size(self, job: JobRecord) -> int | None:
+        """The world size a job that lost its workers restarts at: the
+        largest of its valid sizes, no larger than it ran at, that fits what
+        the cluster has now beside the other active jobs (a lost node shrinks
+        an elastic job); None: none fits, it must wait in the queue."""
+        total = Resources(**cluster_capacity())
+        others = [self._running(j) for j in self.store.jobs_in_states(ACTIVE) if j.id != job.id]
+        free = total - Resources.total(j.holds for j in others)
+        demand = self._demand(job)
+        for workers in reversed(demand.world_sizes):
+            if workers <= (job.workers or demand.max_workers) and demand.at(workers).fits_in(free):
+                return workers
+        return None
+
+    # -- acting ---------------------------------------------------------------
+
+    def _start(self, admitted: list[tuple[str, int]], queued: dict[str, QueuedJob]) -> list[JobRecord]:
+        started = []
+        for job_id, workers in admitted:
+            demand = queued[job_id].demand
+            sizes = demand.world_sizes
+            how = (f"admitted at {workers} workers" if len(sizes) == 1 else
+                   f"admitted at {workers} workers (elastic: {sizes[0]}..{sizes[-1]}, "
+                   f"the largest that fits)")
+            job = self.store.get_job(job_id)
+            if job is None or job.state is not S.QUEUED:
+                continue  # cancelled since the pass read it
+            if job.latest_checkpoint:
+                ckpt = job.latest_checkpoint
+                how += (f"; resumes from checkpoint step {ckpt['step']} saved at world "
+                        f"size {ckpt['world_size']}")
+            try:
+                started.append(self.store.transition(
+                    job_id, S.STARTING, expect=S.QUEUED, workers=workers,
+                    requested_workers=None, attempt=job.attempt + 1, reason=how))
+            except IllegalTransition:
+                continue
+        return started
+
+    def _preempt(self, needs_room: list[str], queued: dict[str, QueuedJob],
+                 running: list[RunningJob], capacity: Capacity,
+                 tenants: dict[str, TenantPolicy]) -> None:
+        """Offer each waiting job that preemption may help, in order; preempt
+        the first non-empty set of victims the policy picks."""
+        by_id = {job.id: job for job in running}
+        for pending_id in needs_room:
+            pending = queued[pending_id]
+            decision = self.preemption.select_victims(pending, running, capacity, tenants)
+            if not decision.victims:
+                continue
+            for victim_id in decision.victims:
+                self._mark_preempting(victim_id, pending, by_id[victim_id], decision.reason)
+            return
+
+    def _mark_preempting(self, victim_id: str, pending: QueuedJob, victim: RunningJob,
+                         why: str) -> None:
+        job = self.store.get_job(victim_id)
+        if job is None or job.state not in (S.STARTING, S.RUNNING, S.RESTARTING):
+            return
+        spec = self._spec(job)
+        grace = spec.preemption_grace_s or self.settings.preemption_grace_s
+        reason = (f"preempted by job {pending.id} of tenant {pending.tenant} "
+                  f"(priority {pending.demand.priority} over {victim.demand.priority}): "
+                  f"checkpoint and stop within {grace:g} s, then requeue. {why}")
+        try:
+            self.store.transition(victim_id, S.PREEMPTING, expect=job.state, reason=reason,
+                                  preemptions=job.preemptions + 1)
+        except IllegalTransition as e:
+            logger.info("job %s not preempted: %s", victim_id, e)
+
+    # -- views ------------------------------------------------------------------
+
+    def _spec(self, job: JobRecord) -> JobSpec:
+        with self._specs_lock:  # runners ask `restart_size` from their own threads
+            spec = self._specs.get(job.id)
+            if spec is None:
+                spec = self._specs[job.id] = JobSpec.model_validate(job.spec)
+            return spec
+
+    def _demand(self, job: JobRecord, world_sizes=None) -> Demand:
+        demand = Demand.from_spec(self._spec(job), world_sizes)
+        if demand.priority != job.priority:
+            demand = Demand(job.priority, demand.world_sizes, demand.per_worker)
+        return demand
+
+    def _queued(self, job: JobRecord) -> QueuedJob:
+        sizes = [job.requested_workers] if job.requested_workers else None
+        return QueuedJob(job.id, job.tenant, job.created_at, self._demand(job, sizes))
+
+    def _running(self, job: JobRecord) -> RunningJob:
+        checkpoint = (job.latest_checkpoint or {}).get("step", 0)
+        return RunningJob(
+            job.id, job.tenant, job.workers or 0, self._demand(job),
+            steps_since_checkpoint=max(0, job.step - checkpoint),
+            leaving=job.state in LEAVING,
+        )
+
+    def _tenants(self, jobs: list[JobRecord]) -> dict[str, TenantPolicy]:
+        """Every tenant with a row; a job's tenant without one (the admin) is
+        unlimited at weight 1."""
+        policies = {t.name: tenant_policy(t) for t in self.store.tenants.list()}
+        for job in jobs:
+            policies.setdefault(job.tenant, TenantPolicy(job.tenant))
+        return policies
+
+    def _forget(self, live: set[str]) -> None:
+        with self._specs_lock:
+            for job_id in set(self._specs) - live:
+                del self._specs[job_id]
