@@ -30,6 +30,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.stateful import Stateful
 
 from checkpoints import layout
 from checkpoints.collective import CheckpointGroup
@@ -116,7 +117,11 @@ class Checkpointer:
         # The state is on CPU once staged: no copy-ahead buffer in the writer
         # (what FileSystemWriter's own stage() sets).
         writer_args = self._dcp_args(step, per_thread_copy_ahead=0)
-        upload = dcp.async_save(state_dict, async_stager=self._stager, **writer_args)
+        # Staged as plain state dicts: some torch releases' stagers deep-copy a
+        # Stateful object itself (and fail on it) instead of its state_dict().
+        plain = {key: value.state_dict() if isinstance(value, Stateful) else value
+                 for key, value in state_dict.items()}
+        upload = dcp.async_save(plain, async_stager=self._stager, **writer_args)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
         commit = self._executor.submit(self._write_and_commit, step, extra, upload.result)
@@ -226,7 +231,10 @@ class Checkpointer:
         def write_and_hash() -> dict[str, FileEntry]:
             """The DCP write, then the digests of this rank's own files."""
             metadata = write()
-            names = {info.relative_path for info in metadata.storage_data.values()}
+            storage = metadata.storage_data
+            if storage is None:  # some torch releases hand back the plan without the files
+                storage = self._reader(step).read_metadata().storage_data
+            names = {info.relative_path for info in storage.values()}
             written_by_all.update(names)
             own = sorted(n for n in names if n.startswith(layout.rank_file_prefix(self.group.rank)))
             return self.store.hash_files(step, own)

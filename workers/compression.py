@@ -215,5 +215,8 @@ def compress_gradients(
 def _row_segments(unit: nn.Module) -> list[int]:
     """How many values of each of the unit's parameters one reduce-scatter row
     holds, in FSDP's order (its padded shard: dim-0 sharding)."""
-    groups = unit._get_fsdp_state()._fsdp_param_groups
+    state = unit._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)  # torch >= 2.12: a list
+    if groups is None:  # earlier: at most one group
+        groups = [g for g in [getattr(state, "_fsdp_param_group", None)] if g is not None]
     return [p.padded_sharded_param_size.numel() for g in groups for p in g.fsdp_params]
