@@ -5,8 +5,9 @@ start the jobs admitted (QUEUED -> STARTING at the size chosen) and mark the
 victims of a preemption PREEMPTING, saying who preempted them and why.
 
 It also keeps each tenant's recent service (what its jobs held, for how
-long) for weighted fair share; that history lives in memory and starts empty
-after a control-plane restart.
+long) for weighted fair share, charging a job just started for a typical
+run's length (`ServiceHistory.owed`); that history lives in memory and starts
+empty after a control-plane restart.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from service.scheduling import (
     RunningJob,
     Scheduler,
     TenantPolicy,
-    attained_service,
 )
+from service.scheduling.fair_share import dominant_share
 from service.settings import Settings
 from service.spec import JobSpec
 from service.states import ACTIVE, IllegalTransition
@@ -49,10 +50,10 @@ class _Holding:
 
 
 class ServiceHistory:
-    """What each tenant's jobs held and for how long, over a sliding window:
-    the `Run`s that `attained_service` sums. `observe` is called with the
-    active jobs at every pass; a job's run opens when it is first seen holding
-    workers and closes when it is seen no more (or its size changes)."""
+    """What each tenant's jobs held and for how long, over a sliding window.
+    `observe` is called with the active jobs at every pass; a job's run opens
+    when it is first seen holding workers and closes when it is seen no more
+    (or its size changes)."""
 
     def __init__(self, window_s: float):
         self.window_s = window_s
@@ -71,11 +72,32 @@ class ServiceHistory:
         horizon = now - self.window_s
         self._closed = [run for run in self._closed if run.ended > horizon]
 
-    def runs(self) -> list[Run]:
-        return self._closed + [Run(r.tenant, r.held, r.started) for r in self._open.values()]
+    def typical_run_s(self, default: float) -> float:
+        """The median length of the runs that ended within the window."""
+        lengths = sorted(run.ended - run.started for run in self._closed)
+        return lengths[len(lengths) // 2] if lengths else default
 
-    def attained(self, total: Resources, now: float) -> dict[str, float]:
-        return attained_service(self.runs(), total, now - self.window_s, now)
+    def owed(self, total: Resources, now: float, expected_s: float) -> dict[str, float]:
+        """Each tenant's service for fair share, in dominant share-seconds:
+        what its runs held within the window, where a run still open is
+        charged for at least `expected_s` (a job just started will use about
+        a typical run's worth: without that charge, slots freed together all
+        go to the tenant that had least, round after round).
+
+        The `Scheduler` adds `horizon_s x share held now` itself; with its
+        horizon set to `expected_s`, this returns the rest: an open run's
+        time beyond `expected_s`."""
+        since = now - self.window_s
+        amounts: dict[str, Resources] = {}
+        for run in self._closed:
+            seconds = run.ended - max(since, run.started)
+            if seconds > 0:
+                amounts[run.tenant] = amounts.get(run.tenant, Resources()) + run.held.times(seconds)
+        for run in self._open.values():
+            seconds = now - max(since, run.started) - expected_s
+            if seconds > 0:
+                amounts[run.tenant] = amounts.get(run.tenant, Resources()) + run.held.times(seconds)
+        return {tenant: dominant_share(amount, total) for tenant, amount in amounts.items()}
 
 
 class Admission:
@@ -103,8 +125,10 @@ class Admission:
         self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
         tenants = self._tenants(active + queued_records)
         queued = {job.id: self._queued(job) for job in queued_records}
+        expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
+        self.scheduler.horizon_s = expected
         decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity,
-                                        self.history.attained(total, now))
+                                        self.history.owed(total, now, expected))
         self.waiting = dict(decision.waiting)
         started = self._start(decision.start, queued)
         just_started = [self._running(job) for job in started]

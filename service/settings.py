@@ -34,9 +34,12 @@ class Settings(BaseSettings):
     port: int = 8000
     poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
     pg_timeout_s: float = 30.0  # a hung collective fails after this
+    # a failed job restarts after restart_backoff_s * 2**(restarts - 1) s, at most 10 s
+    restart_backoff_s: float = Field(0.5, ge=0)
     preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets
-    # fair share between tenants: what they held over this window counts, and a
-    # share held now counts for `fair_share_horizon_s` seconds of it (see service.scheduling)
+    # fair share between tenants: what they held over this window counts; a job
+    # just started is charged a typical run's length (the median of recent runs),
+    # or `fair_share_horizon_s` before any run has ended (see service.admission)
     fair_share_window_s: float = Field(3600.0, gt=0)
     fair_share_horizon_s: float = Field(60.0, gt=0)
     max_body_bytes: int = 1 << 20

@@ -15,15 +15,13 @@ import pytest
 from tests.e2e.serve_harness import Server, losses_by_step, spec
 
 GRACE_S = 60
+pytestmark = pytest.mark.timeout(900)  # whole flows on a 2-core machine
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    # A short fair-share horizon: jobs here last seconds, not hours (see
-    # service.scheduling.fair_share: the horizon is what a share held now
-    # counts for, and should be below a typical job's length).
     srv = Server(tmp_path_factory.mktemp("tenants"), env={
-        "BRIGADE_FAIR_SHARE_HORIZON_S": "1", "BRIGADE_PREEMPTION_GRACE_S": str(GRACE_S),
+        "BRIGADE_PREEMPTION_GRACE_S": str(GRACE_S),
         "BRIGADE_RATE_LIMIT_PER_S": "1000", "BRIGADE_RATE_LIMIT_BURST": "1000",
     }).start()
     yield srv

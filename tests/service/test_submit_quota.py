@@ -116,3 +116,25 @@ def test_a_job_that_could_never_run_is_refused_for_good(store):
         create(store, "acme", demand=Demand(6, (1,), Resources(1, 0)))
     assert create(store, "acme", demand=Demand(5, (1, 2), Resources(1, 1)))[1]
     assert store.count_by_state().get(JobState.QUEUED) == 1
+
+
+def _suspend(store, job):
+    store.transition(job.id, JobState.STARTING, reason="t", workers=1)
+    store.transition(job.id, JobState.RUNNING, reason="t")
+    store.transition(job.id, JobState.SUSPENDING, reason="t")
+    return store.transition(job.id, JobState.SUSPENDED, reason="t", workers=None)
+
+
+def test_resuming_a_suspended_job_is_held_to_the_queue_quota(store):
+    store.tenants.create("acme", quota={"max_queued_jobs": 1})
+    suspended = _suspend(store, create(store, "acme")[0])
+    queued, _ = create(store, "acme")  # the queue is full again
+    with pytest.raises(QuotaExceeded) as refused:
+        store.transition(suspended.id, JobState.QUEUED, reason="resumed", expect=JobState.SUSPENDED,
+                         queue_quota="acme")
+    assert refused.value.retryable and "1/1 jobs queued" in str(refused.value)
+    assert store.get_job(suspended.id).state is JobState.SUSPENDED  # nothing changed
+    store.transition(queued.id, JobState.CANCELLED, reason="made room")
+    resumed = store.transition(suspended.id, JobState.QUEUED, reason="resumed",
+                               expect=JobState.SUSPENDED, queue_quota="acme")
+    assert resumed.state is JobState.QUEUED
