@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from service.ray_cluster import cluster_capacity
+from service.ray_cluster import cluster_capacity, lost_nodes
 from service.scheduling import (
     Capacity,
     Demand,
@@ -137,12 +137,13 @@ class Admission:
         self._forget({job.id for job in active + queued_records})
         return started
 
-    def restart_size(self, job: JobRecord) -> int | None:
+    def restart_size(self, job: JobRecord, nodes: set[str] = frozenset()) -> int | None:
         """The world size a job that lost its workers restarts at: the
         largest of its valid sizes, no larger than it ran at, that fits what
         the cluster has now beside the other active jobs (a lost node shrinks
-        an elastic job); None: none fits, it must wait in the queue."""
-        total = Resources(**cluster_capacity())
+        an elastic job); None: none fits, it must wait in the queue. `nodes`:
+        where its ranks ran; those that are gone are left out."""
+        total = Resources(**cluster_capacity(exclude=lost_nodes(set(nodes))))
         others = [self._running(j) for j in self.store.jobs_in_states(ACTIVE) if j.id != job.id]
         free = total - Resources.total(j.holds for j in others)
         demand = self._demand(job)

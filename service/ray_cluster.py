@@ -69,6 +69,7 @@ class LocalRayCluster:
         ]
         if self.num_cpus is not None:
             cmd.append(f"--num-cpus={self.num_cpus}")
+        _ensure_auth_token(Path(cmd[0]))
         log = open(self.dir / "ray.log", "ab")
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -92,6 +93,18 @@ class LocalRayCluster:
             return None
 
 
+def _ensure_auth_token(ray_cli: Path) -> None:
+    """A head with token auth refuses to start without a token: on a machine
+    that never ran Ray (a fresh CI container) make one, where Ray keeps it
+    (~/.ray/auth_token), unless the environment names one."""
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    if (Path.home() / ".ray" / "auth_token").exists():
+        return
+    subprocess.run([str(ray_cli), "get-auth-token", "--generate"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -107,11 +120,51 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def cluster_capacity() -> dict[str, float]:
-    """Total CPUs and GPUs of the cluster's live nodes."""
+def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
+    """Total CPUs and GPUs of the cluster's live nodes (less those `exclude`d)."""
     total = {"cpu": 0.0, "gpu": 0.0}
     for node in ray.nodes():
-        if node["Alive"]:
+        if node["Alive"] and node["NodeID"] not in exclude:
             total["cpu"] += node["Resources"].get("CPU", 0.0)
             total["gpu"] += node["Resources"].get("GPU", 0.0)
     return total
+
+
+def _pong() -> bool:
+    return True
+
+
+def lost_nodes(node_ids: set[str], probe_timeout_s: float = 10.0,
+               settle_s: float = 60.0) -> set[str]:
+    """Which of these nodes are gone. Ray notices a dead node only after its
+    health checks fail (seconds to tens of seconds), and until then counts its
+    resources and may place bundles on it; so each node it still calls alive
+    is asked to run a task, and one that does not answer is waited for
+    (up to `settle_s`) until Ray, too, marks it dead."""
+    if not node_ids:
+        return set()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    lost = set(node_ids) - alive
+    probe = ray.remote(num_cpus=0, max_retries=0)(_pong)
+    asked = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+             .remote(): node for node in set(node_ids) & alive}
+    if asked:
+        ready, pending = ray.wait(list(asked), num_returns=len(asked), timeout=probe_timeout_s)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception:  # the task failed: its node is going or gone
+                lost.add(asked[ref])
+        for ref in pending:
+            lost.add(asked[ref])
+            ray.cancel(ref, force=True)
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        if not lost & {n["NodeID"] for n in ray.nodes() if n["Alive"]}:
+            break
+        time.sleep(0.5)
+    if lost:
+        logger.info("nodes lost: %s", ", ".join(sorted(lost)))
+    return lost

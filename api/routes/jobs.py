@@ -72,8 +72,9 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job: OwnedJob) -> JobPublic:
-    return JobPublic.model_validate(job)
+def get_job(job: OwnedJob, supervisor: SupervisorDep) -> JobPublic:
+    public = JobPublic.model_validate(job)
+    return public.model_copy(update={"waiting": supervisor.waiting_reason(job.id)})
 
 
 @router.post("/{job_id}/cancel")

@@ -89,6 +89,28 @@ def test_a_high_priority_job_preempts_an_elastic_one_which_resumes_on_its_loss_c
     assert worst < 1e-4, f"largest relative loss difference {worst:.2e}"
 
 
+def test_a_preempted_job_that_overstays_its_grace_period_is_killed_and_requeued(server):
+    low = Tenant(server, "slow-to-leave", max_priority=10)
+    high = Tenant(server, "urgent", max_priority=100)
+    # 0.05 s of grace: the ranks are killed before they can checkpoint.
+    victim = low.submit(spec(80, workers={"min": 2, "max": 4}, priority=1,
+                             preemption_grace_s=0.05))
+    low.wait(victim["id"], lambda j: j["state"] == "RUNNING"
+             and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
+    urgent = high.submit(spec(20, workers=2, priority=90))
+    high.wait(urgent["id"], lambda j: j["state"] == "SUCCEEDED")
+    done = low.wait(victim["id"], lambda j: j["state"] == "SUCCEEDED")
+    story = events(low, victim["id"])
+    told = json.dumps(story, indent=1)
+    requeued = next(e for e in story if e["from_state"] == "PREEMPTING")
+    assert requeued["to_state"] == "QUEUED", told
+    assert "grace period of 0.05 s" in requeued["reason"], told
+    assert "resumes from checkpoint step" in requeued["reason"], told
+    assert done["preemptions"] == 1 and done["restarts"] == 0 and done["step"] == 80, told
+    steps = sorted(losses_by_step(low, victim["id"]))
+    assert steps == list(range(1, 81))  # steps after the checkpoint ran again, once each
+
+
 def received_worker_seconds(jobs: dict[Tenant, list[str]]) -> dict[str, float]:
     """Each tenant's worker-seconds while every tenant still had work queued
     or running: up to the moment the first tenant's last job ended."""
