@@ -44,6 +44,7 @@ class JobPublic(_Public):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    waiting: str | None = None  # a queued job: why it did not start at the latest scheduling pass
 
 
 class JobsPublic(BaseModel):
@@ -83,6 +84,16 @@ class MetricRow(_Public):
     collectives: int | None = None
     comm_time_s: float | None = None
     exposed_comm_s: float | None = None
+    # checkpoints: the step saved on this step, or why the save failed (training goes on)
+    checkpoint_step: int | None = None
+    checkpoint_error: str | None = None
+    checkpoint_failures: int | None = None  # failed saves so far in this attempt
+    # the first step of an attempt: where it resumed, and (after a failure or
+    # a preemption) what the interruption cost
+    resumed_from: int | None = None
+    recovered_from: str | None = None  # "restart" | "preemption"
+    recovery_s: float | None = None  # from the failure seen (or the notice) to this step's end
+    lost_steps: int | None = None  # steps taken before the interruption and taken again
 
 
 class LogLine(_Public):
