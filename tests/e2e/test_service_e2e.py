@@ -6,109 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from workers.distributed import free_port
-
-KEY = "e2e-admin-key-0123456789"
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
-
-
-class Server:
-    """`brigade serve` on a free loopback port; restartable on the same data dir."""
-
-    def __init__(self, data_dir: Path):
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEY}"},
-                                 timeout=30)
-
-    def start(self) -> Server:
-        env = dict(os.environ, BRIGADE_ADMIN_KEY=KEY, BRIGADE_RAY_NUM_CPUS="4",
-                   BRIGADE_POLL_INTERVAL_S="0.2", BRIGADE_SECRET="e2e-secret-0123456789abcdef")
-        log = open(self.data_dir / f"serve-{time.time():.0f}.log", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--data-dir", str(self.data_dir)],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            assert self.proc.poll() is None, f"brigade serve exited: see {log.name}"
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "brigade serve did not come up"
-            time.sleep(0.3)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        from service.ray_cluster import LocalRayCluster
-
-        LocalRayCluster(str(self.data_dir)).stop()  # in case the server could not
-
-    # -- the REST contract --------------------------------------------------------
-
-    def submit(self, spec: dict) -> dict:
-        r = self.http.post("/v1/jobs", json=spec)
-        assert r.status_code == 201, r.text
-        return r.json()
-
-    def job(self, job_id: str) -> dict:
-        r = self.http.get(f"/v1/jobs/{job_id}")
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def wait(self, job_id: str, until, timeout_s: float = 240) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = self.job(job_id)
-            if until(job):
-                return job
-            assert job["state"] not in TERMINAL, f"job ended {job['state']}: {job['error']}"
-            assert time.monotonic() < deadline, f"timed out waiting; job is {job}"
-            time.sleep(0.2)
-
-    def get(self, path: str):
-        r = self.http.get(path)
-        assert r.status_code == 200, r.text
-        return r.json()
-
-
-def spec(steps: int, workers=2, **extra) -> dict:
-    return {
-        "name": "e2e",
-        "workers": workers,
-        "resources_per_worker": {"cpu": 1},
-        "model": {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32},
-        "data": {"source": "builtin"},
-        "train": {"steps": steps, "global_batch_size": 12, "lr": 0.003},
-        "checkpoint": {"every_steps": 10, "keep_last": 3},
-        **extra,
-    }
-
-
-def losses_by_step(server: Server, job_id: str) -> dict[int, float]:
-    return {row["step"]: row["loss"] for row in server.get(f"/v1/jobs/{job_id}/metrics")}
+from tests.e2e.serve_harness import Server, losses_by_step, spec
 
 
 @pytest.fixture(scope="module")

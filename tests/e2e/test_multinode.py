@@ -1,0 +1,300 @@
+"""A Ray cluster of three nodes on this machine (a head with no CPUs, two
+worker nodes with 2 CPUs each, as `ray start` processes; token auth on) and
+`brigade serve --ray-address` against it: an elastic job spread over both
+worker nodes loses one of them mid-run, resumes on what is left at a smaller
+world size, and finishes on the uninterrupted loss curve.
+
+All nodes share this machine's IP, so a rank's node is told by its process:
+a rank actor is a child of its node's raylet, a child of that node's
+`ray start`."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.serve_harness import Server, spec
+from workers.distributed import free_port
+
+RAY = str(Path(sys.executable).with_name("ray"))
+NODE_START_TIMEOUT_S = 60
+# The GCS declares a silent node dead after ~3 s instead of Ray's default ~30 s.
+FAST_HEALTH_CHECKS = {
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+# -- processes ------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def _descendants(root: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every live process under `root`, root included."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _proc_stat(int(entry))):
+            children.setdefault(stat[0], []).append((int(entry), stat[1]))
+    found, todo = [], [root]
+    if stat := _proc_stat(root):
+        found.append((root, stat[1]))
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _kill_all(processes: list[tuple[int, int]]) -> None:
+    """SIGKILL each process that is still the one recorded (same start time)."""
+    for pid, started in processes:
+        stat = _proc_stat(pid)
+        if stat and stat[1] == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1 and (stat := _proc_stat(pid)):
+        chain.append(pid)
+        pid = stat[0]
+    return chain
+
+
+# -- the cluster ----------------------------------------------------------------
+
+
+class RayNode:
+    def __init__(self, name: str, proc: subprocess.Popen, log: Path):
+        self.name, self.proc, self.log = name, proc, log
+        self.processes: list[tuple[int, int]] = []  # what it had started, seen last
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def remember_processes(self) -> None:
+        seen = {pid for pid, _ in self.processes}
+        self.processes += [p for p in _descendants(self.pid) if p[0] not in seen]
+
+
+class RayNodes:
+    """A head and worker nodes, each a `ray start --block` in a session of its own,
+    with its own temp dir under a short path (Ray's unix sockets need one)."""
+
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="brg-mn-", dir="/tmp"))
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.nodes: dict[str, RayNode] = {}
+        # Token auth on, with a token of its own (none need be in ~/.ray): every
+        # node and every driver of this cluster gets it in RAY_AUTH_TOKEN.
+        self.token = secrets.token_hex(32)
+        self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token,
+                        **FAST_HEALTH_CHECKS)
+
+    def start_head(self, num_cpus: int = 0) -> RayNode:
+        node = self._spawn("head", [
+            "--head", f"--port={self.port}", f"--num-cpus={num_cpus}",
+            "--include-dashboard=false", f"--dashboard-port={free_port()}",
+        ])
+        self._wait_started(node)
+        return node
+
+    def add_workers(self, num_cpus: dict[str, int]) -> list[RayNode]:
+        """Worker nodes {name: CPUs}, started together; each has a resource of
+        its own, `brigade_{name}`."""
+        nodes = [
+            self._spawn(name, [f"--address={self.address}", f"--num-cpus={cpus}",
+                               f"--resources={json.dumps({f'brigade_{name}': 1})}"])
+            for name, cpus in num_cpus.items()
+        ]
+        for node in nodes:
+            self._wait_started(node)
+        return nodes
+
+    def _spawn(self, name: str, args: list[str]) -> RayNode:
+        # A temp dir per node: nodes sharing one session dir race for the same
+        # socket names when they start together, and their raylets abort.
+        log = self.root / f"{name}.log"
+        cmd = [RAY, "start", "--block", "--disable-usage-stats", "--include-log-monitor=false",
+               f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={self.root / name}",
+               "--object-store-memory=100000000", *args]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self.env,
+                                    start_new_session=True)
+        node = self.nodes[name] = RayNode(name, proc, log)
+        return node
+
+    def _wait_started(self, node: RayNode) -> None:
+        deadline = time.monotonic() + NODE_START_TIMEOUT_S
+        while b"will now block" not in node.log.read_bytes():
+            tail = node.log.read_text(errors="replace")[-3000:]
+            assert node.alive(), f"ray node {node.name} exited:\n{tail}"
+            assert time.monotonic() < deadline, f"ray node {node.name} did not start:\n{tail}"
+            time.sleep(0.2)
+        node.remember_processes()
+
+    def node_of(self, pid: int) -> str | None:
+        """The name of the node whose `ray start` `pid` runs under."""
+        by_pid = {node.pid: name for name, node in self.nodes.items()}
+        return next((by_pid[p] for p in _ancestors(pid) if p in by_pid), None)
+
+    def kill(self, name: str) -> None:
+        """Lose a node at once: SIGKILL its `ray start`, raylet, agents and workers
+        (the raylet puts each worker in a process group of its own)."""
+        node = self.nodes[name]
+        node.remember_processes()
+        _kill_all(node.processes)
+        node.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop every node, workers first, the head last; SIGKILL whatever is left."""
+        for node in sorted(self.nodes.values(), key=lambda n: n.name == "head"):
+            node.remember_processes()
+            if node.alive():
+                node.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops its node
+                try:
+                    node.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    pass
+            _kill_all(node.processes)
+            if node.alive():
+                node.proc.kill()
+                node.proc.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def leftovers(self) -> list[int]:
+        """Pids of processes the nodes started that are still alive."""
+        return [pid for node in self.nodes.values() for pid, started in node.processes
+                if (stat := _proc_stat(pid)) and stat[1] == started]
+
+
+@pytest.fixture
+def cluster():
+    nodes = RayNodes()
+    try:
+        nodes.start_head(num_cpus=0)
+        nodes.add_workers({"w1": 2, "w2": 2})
+        yield nodes
+    finally:
+        nodes.stop()
+    assert nodes.leftovers() == [], "Ray processes outlived the cluster"
+
+
+# -- the test -------------------------------------------------------------------
+
+STEPS = 30
+CHECKPOINT = {"every_steps": 5, "keep_last": 2}
+REFERENCE = """\
+import json, sys
+from service.spec import JobSpec
+from workers.config import JobConfig
+from workers.local import run_single_process
+config = JobSpec.model_validate(json.loads(sys.argv[1])).engine_config()
+rows = run_single_process(JobConfig.from_dict(config))
+print(json.dumps({r["step"]: r["loss"] for r in rows}))
+"""
+
+
+def test_a_spread_job_loses_a_node_and_finishes_at_a_smaller_world_size(cluster, tmp_path):
+    job_spec = spec(STEPS, workers={"min": 2, "max": 4}, placement="SPREAD",
+                    checkpoint=CHECKPOINT)
+    reference = subprocess.Popen(  # meanwhile, the same job uninterrupted in one process
+        [sys.executable, "-c", REFERENCE, json.dumps(job_spec)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    server = Server(tmp_path, ray_address=cluster.address,
+                    env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": cluster.token}).start()
+    try:
+        wait_for_cpus(server, 4)  # the two worker nodes; the head has none
+        jid = server.submit(job_spec)["id"]
+        running = server.wait(jid, lambda j: j["state"] == "RUNNING"
+                              and (j["latest_checkpoint"] or {}).get("step", 0) >= 5, 150)
+        assert running["workers"] == 4  # the largest size that fits 2 x 2 CPUs
+        ranks = server.get(f"/v1/jobs/{jid}/workers")
+        nodes = [cluster.node_of(w["pid"]) for w in ranks]
+        assert sorted(nodes) == ["w1", "w1", "w2", "w2"], (ranks, nodes)  # spread over both
+        victim = nodes[-1]
+        survivor = "w1" if victim == "w2" else "w2"
+
+        cluster.kill(victim)  # mid-run: the node, its raylet, agents and two ranks
+        assert server.job(jid)["step"] < STEPS, "the job finished before its node was lost"
+
+        # RESTARTING, then STARTING at the size the survivor fits, not at the old one
+        restarted = server.wait(jid, lambda j: j["restarts"] >= 1
+                                and j["state"] in ("STARTING", "RUNNING", "SUCCEEDED"), 90)
+        assert restarted["workers"] == 2, history(server, jid)
+        resumed = server.wait(jid, lambda j: j["state"] in ("RUNNING", "SUCCEEDED"), 90)
+        if resumed["state"] == "RUNNING":  # both ranks on the survivor
+            after = server.get(f"/v1/jobs/{jid}/workers")
+            assert [cluster.node_of(w["pid"]) for w in after] in ([], [survivor] * 2), after
+        assert server.get("/v1/cluster")["capacity"]["cpu"] == 2
+        done = server.wait(jid, lambda j: j["state"] == "SUCCEEDED", 150)
+        assert done["step"] == STEPS and done["restarts"] == 1 and done["workers"] == 2, done
+        assert done["latest_checkpoint"] == {"step": STEPS, "world_size": 2}
+
+        events = server.get(f"/v1/jobs/{jid}/events")
+        states = [e["to_state"] for e in events]
+        assert states[:3] == ["QUEUED", "STARTING", "RUNNING"], history(server, jid)
+        assert states[3:] == ["RESTARTING", "STARTING", "RUNNING", "SUCCEEDED"], \
+            history(server, jid)
+        assert "rank" in events[3]["reason"], events[3]  # which rank was lost, and where
+        assert "at 2 workers (was 4)" in events[4]["reason"], events[4]
+
+        losses = {r["step"]: r["loss"] for r in server.get(f"/v1/jobs/{jid}/metrics")}
+        assert sorted(losses) == list(range(1, STEPS + 1))  # a re-run step: its resumed loss
+        out, err = reference.communicate(timeout=120)
+        assert reference.returncode == 0, err[-3000:]
+        straight = {int(k): v for k, v in json.loads(out.splitlines()[-1]).items()}
+        steps = sorted(losses)
+        assert [losses[s] for s in steps] == pytest.approx([straight[s] for s in steps], rel=1e-4)
+    finally:
+        server.stop()
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait()
+
+
+def history(server: Server, job_id: str) -> str:
+    """The job's events, one line each, for an assertion message."""
+    events = server.get(f"/v1/jobs/{job_id}/events")
+    return "\n".join(f"{e['time']} {e['to_state']}: {e['reason']}" for e in events)
+
+
+def wait_for_cpus(server: Server, cpus: float, timeout_s: float = 30) -> None:
+    """Until the service sees the cluster's CPUs (its nodes have all joined)."""
+    deadline = time.monotonic() + timeout_s
+    while (seen := server.get("/v1/cluster")["capacity"]["cpu"]) != cpus:
+        assert time.monotonic() < deadline, f"the cluster has {seen} CPUs, not {cpus}"
+        time.sleep(0.3)
