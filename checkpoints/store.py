@@ -260,7 +260,7 @@ class CheckpointStore:
         self.fs.invalidate_cache(path)
         try:
             return self.fs.ls(path, detail=True)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file where a directory should be
             return []
 
     def _hash(self, path: str) -> FileEntry:

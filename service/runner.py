@@ -13,6 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from service.recovery import RECOVERY_FIELDS, FailureHistory, Interruption, backoff_s
 from service.spec import JobSpec
 from service.states import IllegalTransition
 from service.store.errors import UnexpectedState
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from service.supervisor import Supervisor
 
 logger = logging.getLogger(__name__)
-MAX_BACKOFF_S = 10.0
 
 
 def group_name(job_id: str, attempt: int) -> str:
@@ -38,6 +38,14 @@ class JobRunner(threading.Thread):
         self.sup, self.store, self.job_id = supervisor, supervisor.store, job_id
         self.group = attached
         self.detach = threading.Event()  # the control plane is stopping: leave the group be
+        self._nodes: set[str] = set()  # where the last attempt's ranks ran
+        # Faults (service/recovery.py): the failures this runner saw, for the
+        # restart policy; the interruption the running attempt recovers from.
+        self.failures = FailureHistory(supervisor.settings.restart_backoff_s)
+        self._interruption: Interruption | None = None
+        # Reattached: the attempt's rows are fetched again from its first, whose
+        # recovery figures (recorded by the runner before) must not be lost.
+        self._keep_recovery = attached is not None
 
     # -- the life of one job --------------------------------------------------
 
@@ -60,10 +68,13 @@ class JobRunner(threading.Thread):
                 if self.group is None:
                     self.group = self._launch(job)
                     if self.group is None:
+                        if self.store.get_job(self.job_id).state is S.RESTARTING:
+                            continue  # it could not start, and has restarts left
                         return
                 outcome = self._watch()
                 if self.detach.is_set():
                     return
+                self._nodes = {info["node_id"] for info in self.group.node_infos}
                 self.group.shutdown()
                 self.group = None
                 if not self._conclude(outcome):
@@ -79,7 +90,7 @@ class JobRunner(threading.Thread):
     def _restart(self, job: JobRecord) -> JobRecord | None:
         """RESTARTING -> STARTING at the largest size that fits now (an
         elastic job shrinks after losing a node), or back to the queue."""
-        workers = self.sup.admission.restart_size(job)
+        workers = self.sup.admission.restart_size(job, self._nodes)
         if workers is None:
             self.store.transition(
                 self.job_id, S.QUEUED, expect=S.RESTARTING, workers=None,
@@ -116,6 +127,7 @@ class JobRunner(threading.Thread):
             detached=True,
             pg_timeout_s=self.sup.settings.pg_timeout_s,
         )
+        self._interruption = Interruption.before(self.store, job)
         try:
             group.start()
             group.start_training(spec.engine_config(), checkpoint=self.sup.checkpoint_target(job))
@@ -128,6 +140,8 @@ class JobRunner(threading.Thread):
                 self._released_without_group(self.store.get_job(self.job_id))
             return None
         except (WorkerGroupError, ValueError) as e:
+            group.shutdown()  # whatever of it started: no actor or bundle outlives the attempt
+            self.failures.note(e, group)
             self._conclude(("failed", f"could not start: {e}"))
             return None
         try:
@@ -155,10 +169,14 @@ class JobRunner(threading.Thread):
                 seen += self._record(self.group.progress(seen))
                 status = self.group.status()
             except RankError as e:
+                self.failures.note(e, self.group)
                 return ("failed", str(e))
-            if status["state"] == "done":
+            except WorkerGroupError as e:  # ranks that do not answer (hung, stopped): a failure too
+                self.failures.note(e, self.group)
+                return ("failed", f"worker group not answering: {e}")
+            if status["state"] in ("done", "preempted"):
                 self._record(self.group.progress(seen))
-                return ("done", None)
+                return (status["state"], status.get("reason"))
             state = self.store.get_job(self.job_id).state
             if state is S.CANCELLING:
                 return ("cancelled", None)
@@ -176,27 +194,61 @@ class JobRunner(threading.Thread):
         if not rows:
             return 0
         job = self.store.get_job(self.job_id)
+        lines = []
+        if self._keep_recovery and "resumed_from" in rows[0]:
+            self._keep_recovery = False
+            rows = [{**rows[0], **self._recorded_recovery(rows[0]["step"])}, *rows[1:]]
+        if self._interruption is not None and "resumed_from" in rows[0]:
+            cost = self._interruption.measure(rows[0])
+            rows = [{**rows[0], **cost}, *rows[1:]]
+            self._interruption = None
+            lines.append(f"recovered from a {cost['recovered_from']} in {cost['recovery_s']:.1f} s "
+                         f"(to the first new step): resumed at step {rows[0]['resumed_from']}, "
+                         f"{cost['lost_steps']} steps lost")
         self.store.record_metrics(self.job_id, job.attempt, rows)
         fields = {"step": rows[-1]["step"]}
         if any("checkpoint_step" in r for r in rows):
-            fields["latest_checkpoint"] = self.sup.latest_checkpoint(job)
+            checkpoint = self._latest_checkpoint(job)
+            if checkpoint is not None:
+                fields["latest_checkpoint"] = checkpoint
         self.store.update_job(self.job_id, **fields)
         total = job.spec["train"]["steps"]
-        self.store.append_log(self.job_id, [
-            f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
-            f"{r['tokens_per_s']:.0f} tok/s" for r in rows
-        ])
+        for r in rows:
+            lines.append(f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
+                         f"{r['tokens_per_s']:.0f} tok/s")
+            if "checkpoint_error" in r:
+                lines.append(f"step {r['step']}: {r['checkpoint_error']} ({r['checkpoint_failures']} "
+                             "failed saves in this attempt); training goes on from the last "
+                             "committed checkpoint, and saves again at the next interval")
+        self.store.append_log(self.job_id, lines)
         return len(rows)
+
+    def _recorded_recovery(self, step: int) -> dict:
+        stored = self.store.metrics(self.job_id, since_step=step, limit=1)
+        if not stored or stored[0]["step"] != step:
+            return {}
+        return {k: stored[0][k] for k in RECOVERY_FIELDS if k in stored[0]}
+
+    def _latest_checkpoint(self, job: JobRecord) -> dict | None:
+        """The newest committed checkpoint, or None (also where the storage
+        cannot be listed now: a fault there must not stop the job)."""
+        try:
+            return self.sup.latest_checkpoint(job)
+        except Exception as e:
+            logger.warning("job %s: cannot list its checkpoints: %s", self.job_id, e)
+            return None
 
     def _conclude(self, outcome: tuple[str, str | None]) -> bool:
         """Move the job on from how its group ended; True to launch again."""
         kind, error = outcome
         job = self.store.get_job(self.job_id)
-        checkpoint = self.sup.latest_checkpoint(job)
+        checkpoint = self._latest_checkpoint(job)
         fields = {"latest_checkpoint": checkpoint} if checkpoint else {}
         if job.state is S.CANCELLING or kind == "cancelled":
             self.store.transition(self.job_id, S.CANCELLED, reason="cancelled; workers released")
             return False
+        if kind == "preempted":
+            return self._preempted(job, error or "a rank got SIGTERM", fields)
         if kind == "done":
             finished = job.step >= job.spec["train"]["steps"]
             if finished and job.state in (S.RUNNING, S.SUSPENDING, S.PREEMPTING):
@@ -225,16 +277,35 @@ class JobRunner(threading.Thread):
             return False
         return self._restart_or_fail(job, error or "unknown failure", fields)
 
+    def _preempted(self, job: JobRecord, reason: str, fields: dict) -> bool:
+        """Every rank checkpointed and stopped after a preemption notice
+        (SIGTERM): requeue, counted as a preemption, not a failure."""
+        if job.state is S.SUSPENDING:
+            self.store.transition(self.job_id, S.SUSPENDED, workers=None, **fields,
+                                  reason=f"{reason}; suspended")
+            return False
+        if job.state in (S.RUNNING, S.STARTING):
+            self.store.transition(self.job_id, S.PREEMPTING, expect=job.state,
+                                  preemptions=job.preemptions + 1, reason=reason)
+        self.store.transition(self.job_id, S.QUEUED, workers=None, **fields,
+                              reason=f"{reason}: preempted, requeued")
+        return False
+
     def _restart_or_fail(self, job: JobRecord, error: str, fields: dict) -> bool:
+        """After a failure: RESTARTING (True) or FAILED, by the restart policy
+        (service/recovery.py): max_restarts, and on a cluster of several
+        nodes, no endless failures on one node."""
         max_restarts = job.spec.get("max_restarts", 3)
         if job.state is S.STARTING or job.state is S.RUNNING:
-            if job.restarts < max_restarts:
+            decision = self.failures.decide(error, job.restarts, job.preemptions, max_restarts)
+            if decision.restart:
                 self.store.transition(
                     self.job_id, S.RESTARTING, error=error, restarts=job.restarts + 1, **fields,
-                    reason=f"restart {job.restarts + 1} of {max_restarts} from the latest "
-                           f"checkpoint: {error}",
+                    reason=decision.reason,
                 )
                 return True
+            self._fail(decision.reason)
+            return False
         self._fail(f"{error} (after {job.restarts} restarts)")
         return False
 
@@ -249,4 +320,4 @@ class JobRunner(threading.Thread):
         return spec.get("preemption_grace_s") or self.sup.settings.preemption_grace_s
 
     def _backoff(self, job: JobRecord) -> None:
-        self.detach.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** max(0, job.restarts - 1)))
+        self.detach.wait(backoff_s(job.restarts, self.sup.settings.restart_backoff_s))

@@ -16,6 +16,7 @@ import torch
 
 from checkpoints import decode_bytes, encode_bytes
 from checkpoints.checkpointer import Checkpointer, LoadResult
+from checkpoints.errors import CheckpointError
 from checkpoints.stateful import ModelAndOptimizer
 from workers.config import CheckpointConfig, CheckpointTarget
 
@@ -32,6 +33,7 @@ class TrainerCheckpoints:
         self.policy = policy
         self.checkpointer = Checkpointer(target.open_store(), keep_last=policy.keep_last, timeout_s=timeout_s)
         self.last_saved: int | None = None
+        self.failures = 0  # saves that failed in this run
 
     def resume(self, trainer: Trainer) -> LoadResult | None:
         """Load the newest committed step that verifies into `trainer`, at its
@@ -48,20 +50,59 @@ class TrainerCheckpoints:
         every = self.policy.interval_steps
         return every > 0 and step % every == 0 and step != self.last_saved
 
-    def save(self, trainer: Trainer, *, blocking: bool) -> float:
-        """Save `trainer`'s current step; returns how long training was held."""
+    def save(self, trainer: Trainer, *, blocking: bool) -> dict:
+        """Save `trainer`'s current step; returns what to add to the step's
+        metrics: `checkpoint_step` and `checkpoint_stall_s` (how long training
+        was held), or, where the save (or an async one before it) failed,
+        `checkpoint_error` and `checkpoint_failures` (this run's count so far).
+
+        A failed save never stops training: the previous committed step stays
+        the one a restart loads (a save commits only with its manifest, written
+        last), and the next interval tries again. Every rank gets the same
+        outcome (`CheckpointGroup.agree`), so they all go on together.
+        """
         start = time.perf_counter()
+        out: dict = {}
+        self._settle(out)  # an async save before this one may have failed
         state = {"app": ModelAndOptimizer(trainer.model, trainer.optimizer)}
-        if blocking or not self.policy.async_save:
-            self.checkpointer.save(trainer.step, state, extra=extra_state(trainer))
+        try:
+            if blocking or not self.policy.async_save:
+                self.checkpointer.save(trainer.step, state, extra=extra_state(trainer))
+            else:
+                self.checkpointer.async_save(trainer.step, state, extra=extra_state(trainer))
+        except CheckpointError as e:
+            self._failed(trainer.step, e, out)
         else:
-            self.checkpointer.async_save(trainer.step, state, extra=extra_state(trainer))
-        self.last_saved = trainer.step
-        return time.perf_counter() - start
+            self.last_saved = trainer.step
+            out["checkpoint_step"] = trainer.step
+        out["checkpoint_stall_s"] = time.perf_counter() - start
+        return out
+
+    def _settle(self, out: dict | None = None) -> None:
+        """Wait for the async save in flight; a failure is counted, not raised."""
+        step = self.checkpointer.in_flight
+        try:
+            self.checkpointer.wait()
+        except CheckpointError as e:
+            self._failed(step, e, out)
+            if step is not None and self.last_saved == step:
+                self.last_saved = None  # not saved after all: the next interval saves
+
+    def _failed(self, step: int | None, error: CheckpointError, out: dict | None) -> None:
+        self.failures += 1
+        message = f"checkpoint of step {step} failed: {error}"
+        logger.warning("%s (%d failed saves in this run; training goes on from the last "
+                       "committed step)", message, self.failures)
+        if out is not None:
+            out["checkpoint_error"] = message[:1000]
+            out["checkpoint_failures"] = self.failures
 
     def close(self) -> None:
         """Wait for the save in flight to commit, then release the group."""
-        self.checkpointer.close()
+        try:
+            self._settle()
+        finally:
+            self.checkpointer.close()
 
 
 def extra_state(trainer: Trainer) -> dict:

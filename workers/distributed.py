@@ -53,6 +53,38 @@ def free_port(host: str = LOOPBACK) -> int:
         return s.getsockname()[1]
 
 
+def watchdog_env(backend: str, timeout_s: float) -> dict[str, str]:
+    """What makes a dead or hung peer fail this rank instead of hanging it.
+
+    gloo needs nothing: its collectives raise once the group's `timeout`
+    passes (or at once when a peer's socket closes). NCCL's collectives run on
+    GPU streams and never raise by themselves: its watchdog thread must be on,
+    and async error handling must tear the communicator (and the process)
+    down when a collective times out or a peer aborts, so the actor dies and
+    Ray reports it. The heartbeat monitor kills a watchdog that is itself
+    stuck (e.g. inside a CUDA call) a while after the collective timeout.
+    """
+    if backend != "nccl":
+        return {}
+    return {
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # abort the communicator, then the process
+        "TORCH_NCCL_ENABLE_MONITORING": "1",  # watch the watchdog
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(max(60, 2 * timeout_s))),
+        "TORCH_NCCL_BLOCKING_WAIT": "0",  # the watchdog, not the caller, handles timeouts
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",  # no flight-recorder dumps on a shared disk
+    }
+
+
+def apply_watchdog_env(backend: str, timeout_s: float) -> dict[str, str]:
+    """Set `watchdog_env` in this process before the group is made (NCCL reads
+    it then); a variable the operator set already is left alone. Returns what
+    is in effect."""
+    applied = {}
+    for key, value in watchdog_env(backend, timeout_s).items():
+        applied[key] = os.environ.setdefault(key, value)
+    return applied
+
+
 def init_process_group(rv: Rendezvous) -> str:
     """Form the default process group; returns the backend it chose."""
     import torch
@@ -62,9 +94,7 @@ def init_process_group(rv: Rendezvous) -> str:
     backend = pick_backend(device.type)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        # Fail a hung collective instead of waiting forever: with async error
-        # handling the watchdog tears the communicator down on timeout.
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    apply_watchdog_env(backend, rv.timeout_s)
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://{rv.master_addr}:{rv.master_port}",

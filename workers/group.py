@@ -31,7 +31,7 @@ from workers.errors import (
     RankLostError,
     WorkerGroupError,
 )
-from workers.rank_actor import RankActor
+from workers.rank_actor import SIGTERM_GRACE_S, RankActor
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 POLL_S = 0.5  # how often a wait looks at its ranks
@@ -57,6 +57,7 @@ class WorkerGroup:
         pg_timeout_s: float = 30.0,
         ready_timeout_s: float = 60.0,
         detached: bool = False,
+        sigterm_grace_s: float = SIGTERM_GRACE_S,
     ):
         if placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(
@@ -82,6 +83,7 @@ class WorkerGroup:
         if detached and not name_prefix:
             raise ValueError("a detached worker group needs a name_prefix")
         self.detached = detached
+        self.sigterm_grace_s = sigterm_grace_s  # a rank's time from SIGTERM to a checkpointed stop
         self.backend: str | None = None
         self.rendezvous: tuple[str, int] | None = None
         # One dict per rank (node_id, node_ip, pid, gpu_ids); kept after shutdown
@@ -195,16 +197,35 @@ class WorkerGroup:
         return group
 
     def status(self) -> dict:
-        """{"state": "running" | "done", "steps": rank 0's step count}; a lost
-        or failed rank raises RankLostError / RankFailedError (and shuts the
-        group down). Works for a group this driver did not start."""
+        """{"state": "running" | "done" | "preempted", "steps": rank 0's step
+        count, "step": its training step}; "preempted" (every rank stopped,
+        checkpointed, after a preemption notice) adds "reason" and
+        "sigterm_ranks". A lost or failed rank raises RankLostError /
+        RankFailedError (and shuts the group down). Works for a group this
+        driver did not start."""
         statuses = self.call("status")
         for rank, st in enumerate(statuses):
             if st["state"] == "failed":
                 self.shutdown()
                 raise RankFailedError(rank, f"rank {rank} failed: {st['error']}")
-        done = all(st["state"] == "done" for st in statuses)
-        return {"state": "done" if done else "running", "steps": statuses[0]["steps"]}
+        out = {"state": "running", "steps": statuses[0]["steps"], "step": statuses[0].get("step")}
+        ended = {st["state"] for st in statuses}
+        if ended == {"done"}:
+            out["state"] = "done"
+        elif ended == {"preempted"}:
+            sigterm = [rank for rank, st in enumerate(statuses) if st.get("sigterm")]
+            where = ", ".join(self._where(rank) for rank in sigterm) or "a rank"
+            out.update(
+                state="preempted",
+                sigterm_ranks=sigterm,
+                reason=f"{where} got SIGTERM (a preemption notice): checkpointed at step "
+                       f"{out['step']} and stopped",
+            )
+        return out
+
+    def _where(self, rank: int) -> str:
+        info = self.node_infos[rank] if rank < len(self.node_infos) else None
+        return f"rank {rank} (pid {info['pid']}, node {info['node_ip']})" if info else f"rank {rank}"
 
     def progress(self, since: int = 0) -> list[dict]:
         """Rank 0's metrics from step index `since` on."""
@@ -280,7 +301,7 @@ class WorkerGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._pg, placement_group_bundle_index=rank
                 ),
-            ).remote(rank, self.num_workers, threads)
+            ).remote(rank, self.num_workers, threads, self.sigterm_grace_s)
             self._actors.append(actor)  # one at a time: a failed .remote() leaves the rest killable
         self.node_infos = self._finish(
             [actor.node_info.remote() for actor in self._actors],

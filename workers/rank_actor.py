@@ -5,28 +5,51 @@ one per bundle. torch and the engine are imported inside the methods, so the
 control plane can import this module without torch. The group creates it with
 `max_concurrency=2`: one thread runs `train` while the other answers
 `progress`.
+
+SIGTERM (what a spot reclaim or a node drain sends a process before killing
+it) is a preemption notice, not a crash: the actor installs its own handler
+in its constructor, which Ray runs on the worker's main thread, replacing
+Ray's (which would exit the process at once). While `train` runs, the
+handler only raises a flag: the ranks agree at the next step boundary to
+stop, take a blocking checkpoint of that step, and `train` returns with
+`status()["state"] == "preempted"`. If that does not happen within the grace
+period, the process exits hard. Outside `train` there is nothing to save,
+and SIGTERM ends the process as Ray's handler would.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import threading
+import time
 
 import ray
 
 from workers import distributed
 
+logger = logging.getLogger(__name__)
+SIGTERM_GRACE_S = 30.0  # from SIGTERM to a checkpointed stop, before the process exits hard
+
 
 class RankActor:
-    def __init__(self, rank: int, world_size: int, num_threads: int):
+    def __init__(
+        self, rank: int, world_size: int, num_threads: int, sigterm_grace_s: float = SIGTERM_GRACE_S
+    ):
         self.rank = rank
         self.world_size = world_size
         self.num_threads = num_threads
         # Before torch is imported: its OpenMP pool must not outnumber our CPUs.
         os.environ["OMP_NUM_THREADS"] = str(num_threads)
         self._metrics: list[dict] = []
-        self._state = "idle"  # idle | running | done | failed
+        self._state = "idle"  # idle | running | done | preempted | failed
         self._error: str | None = None
         self._stop_requested = False
+        self._sigterm_at: float | None = None  # wall time of the preemption notice, if one came
+        self._sigterm_grace_s = sigterm_grace_s
+        self._ray_sigterm = None
+        self._install_sigterm_handler()
 
     def node_info(self) -> dict:
         return {
@@ -73,20 +96,75 @@ class RankActor:
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             self._state, self._error = "failed", f"{type(e).__name__}: {e}"
             raise
-        self._state = "done"
+        # Stopped short by a preemption notice (here or on another rank): the
+        # driver requeues the job rather than calling it done.
+        preempted = self._trainer.stop_reason == "preempted"
+        self._state = "preempted" if preempted else "done"
         return result
 
     def status(self) -> dict:
-        """Where `train` is: for a driver that lost its call (it restarted)."""
-        return {"state": self._state, "steps": len(self._metrics), "error": self._error}
+        """Where `train` is: for a driver that lost its call (it restarted).
+        `sigterm`: whether this rank's process got the preemption notice."""
+        trainer = getattr(self, "_trainer", None)
+        return {
+            "state": self._state,
+            "steps": len(self._metrics),
+            "step": trainer.step if trainer is not None else None,
+            "error": self._error,
+            "sigterm": self._sigterm_at is not None,
+        }
 
     def request_stop(self) -> None:
         """Ask `train` to checkpoint and stop at the next step boundary (all
         ranks agree on which: see `Trainer.run`)."""
         self._stop_requested = True
 
-    def _should_stop(self) -> bool:
-        return self._stop_requested
+    def _should_stop(self) -> int:
+        from workers.trainer import STOP_PREEMPTED, STOP_REQUESTED
+
+        if self._sigterm_at is not None:
+            return STOP_PREEMPTED
+        return STOP_REQUESTED if self._stop_requested else 0
+
+    # -- the preemption notice --------------------------------------------------
+
+    def _install_sigterm_handler(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            # signal.signal works on the main thread only; Ray runs actor
+            # constructors there, so this is a Ray change worth hearing about.
+            logger.error("rank %d: not on the main thread: SIGTERM will kill this rank", self.rank)
+            return
+        self._ray_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if self._state != "running":
+            logger.warning("rank %d: SIGTERM while %s: exiting", self.rank, self._state)
+            self._exit_as_ray_would(signum, frame)
+            return
+        if self._sigterm_at is not None:
+            return  # already stopping
+        self._sigterm_at = time.time()
+        logger.warning(
+            "rank %d: SIGTERM (preemption notice): checkpointing at the next step boundary, "
+            "then stopping (grace %gs)", self.rank, self._sigterm_grace_s,
+        )
+        threading.Thread(target=self._enforce_grace, name="sigterm-grace", daemon=True).start()
+
+    def _enforce_grace(self) -> None:
+        deadline = time.monotonic() + self._sigterm_grace_s
+        while self._state == "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self._state == "running":
+            logger.error("rank %d: not stopped %gs after SIGTERM: exiting", self.rank,
+                         self._sigterm_grace_s)
+            os._exit(1)
+
+    def _exit_as_ray_would(self, signum, frame) -> None:
+        previous = self._ray_sigterm
+        if callable(previous):
+            previous(signum, frame)  # Ray's: raises SystemExit, and the worker exits
+        os._exit(128 + signum)
 
     def state_digests(self) -> dict[str, str]:
         """Digests of the last trainer's full state (collective: all ranks at once)."""

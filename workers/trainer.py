@@ -24,6 +24,11 @@ from workers.models import build_model
 from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
 
 
+STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
+STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
+STOP_REASONS = {STOP_REQUESTED: "requested", STOP_PREEMPTED: "preempted"}
+
+
 def lr_at(step: int, total_steps: int, cfg: OptimConfig) -> float:
     """Linear warmup to cfg.lr, then cosine decay to cfg.lr * min_lr_ratio."""
     if step < cfg.warmup_steps:
@@ -81,6 +86,7 @@ class Trainer:
         self._theory = self._comm_theory()
         self.checkpoints = None
         self.resumed_from: int | None = None
+        self.stop_reason: str | None = None  # why the last run() stopped short, if asked to
         if checkpoint is not None:
             from workers.checkpointing import TrainerCheckpoints
 
@@ -155,28 +161,38 @@ class Trainer:
         self,
         on_step: Callable[[dict], None] | None = None,
         stop_after: int | None = None,
-        should_stop: Callable[[], bool] | None = None,
+        should_stop: Callable[[], int] | None = None,
     ) -> list[dict]:
         """Step to the end of the job, or to `stop_after`, or until
         `should_stop()` says so on any rank (then checkpoint, so a later run
         resumes there). Saves every `checkpoint.interval_steps` and at the
-        end; returns this run's metrics."""
+        end; returns this run's metrics.
+
+        `should_stop()` returns 0 (go on), STOP_REQUESTED or STOP_PREEMPTED;
+        the ranks agree on the largest after every step, and `stop_reason`
+        says which stopped the run ("requested", "preempted" or None)."""
         end = self.config.train.steps
         stop = end if stop_after is None else min(stop_after, end)
         history = []
+        self.stop_reason = None
         try:
             while self.step < stop:
                 metrics = self.train_step().as_dict()
-                if should_stop is not None and self._any_rank(should_stop()):
-                    stop = self.step  # every rank learns it after the same step
+                metrics["wall_time"] = time.time()  # when the step ended (recovery time)
+                if not history:  # where this run began: 0, or the step it resumed from
+                    metrics["resumed_from"] = self.resumed_from or 0
+                if should_stop is not None:
+                    code = self._max_over_ranks(int(should_stop()))
+                    if code and self.step < end:  # at the end, the run ends anyway
+                        stop = self.step  # every rank learns it after the same step
+                        self.stop_reason = STOP_REASONS.get(code, "requested")
                 # Checkpoint on the interval, and where this run stops short of
                 # the end (or ends, on an interval policy): a blocking save then.
                 final = self.step == stop and (
                     stop < end or self.config.checkpoint.interval_steps > 0
                 )
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
-                    metrics["checkpoint_stall_s"] = self.checkpoints.save(self, blocking=final)
-                    metrics["checkpoint_step"] = self.step
+                    metrics.update(self.checkpoints.save(self, blocking=final))
                 history.append(metrics)
                 if on_step is not None:
                     on_step(metrics)
@@ -185,10 +201,10 @@ class Trainer:
                 self.checkpoints.close()
         return history
 
-    def _any_rank(self, flag: bool) -> bool:
-        t = torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+    def _max_over_ranks(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int32, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return int(t.item())
 
     def state_digests(self) -> dict[str, str]:
         """sha256 of every full model and optimizer tensor (collective: the

@@ -1,0 +1,161 @@
+"""What the chaos scenarios share: one `brigade serve` (its own Ray head,
+SQLite and checkpoint storage), the job spec every scenario runs, a probe of
+Ray's state for leaked actors and placement groups, and fast waits.
+
+Every scenario is a real fault on real processes: signals to the rank
+actors' and the server's processes, bytes flipped in a real shard file, the
+checkpoint directory of a job swapped for a plain file on the real disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from tests.e2e.serve_harness import TERMINAL, Server
+
+INTERVAL = 10  # checkpoint.every_steps of every scenario
+STEPS = 80
+ENV = {
+    "BRIGADE_RAY_NUM_CPUS": "4",  # two jobs of two ranks at once
+    "BRIGADE_POLL_INTERVAL_S": "0.1",
+    "BRIGADE_RESTART_BACKOFF_S": "1.0",  # RESTARTING lasts >= 1 s: a controller kill can land in it
+    "BRIGADE_PG_TIMEOUT_S": "15",
+}
+
+
+def chaos_spec(name: str, steps: int = STEPS, **extra) -> dict:
+    """A tiny job that checkpoints every INTERVAL steps; the same engine
+    config for every scenario (the name and max_restarts are not part of it),
+    so one uninterrupted reference run serves them all."""
+    return {
+        "name": name,
+        "workers": 2,
+        "resources_per_worker": {"cpu": 1},
+        "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16, "vocab_size": 256},
+        "data": {"source": "builtin"},
+        "train": {"steps": steps, "global_batch_size": 4, "lr": 0.003, "warmup_steps": 5},
+        "checkpoint": {"every_steps": INTERVAL, "keep_last": 3},
+        "max_restarts": 4,
+        **extra,
+    }
+
+
+def start_server(data_dir: Path) -> Server:
+    return Server(data_dir, env=ENV).start()
+
+
+def wait_for(server: Server, job_id: str, until, timeout_s: float = 180, every_s: float = 0.05) -> dict:
+    """Poll the job fast (a fault must land inside a short window) until `until(job)`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = server.job(job_id)
+        if until(job):
+            return job
+        assert job["state"] not in TERMINAL, f"job ended {job['state']}: {job['error']}"
+        assert time.monotonic() < deadline, f"timed out waiting; job is {job}\n{server.log_tail()}"
+        time.sleep(every_s)
+
+
+def rank_pids(server: Server, job_id: str) -> list[int]:
+    return [w["pid"] for w in server.get(f"/v1/jobs/{job_id}/workers")]
+
+
+def checkpoint_dir(server: Server, job_id: str) -> Path:
+    return server.data_dir / "storage" / "tenants" / "admin" / "jobs" / job_id / "checkpoints"
+
+
+def committed_steps(directory: Path) -> list[int]:
+    """Step directories with a manifest (what a listing would call committed, signature aside)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n[5:]) for n in names
+                  if n.startswith("step-") and (directory / n / "manifest.json").exists())
+
+
+def metrics(server: Server, job_id: str) -> list[dict]:
+    return server.get(f"/v1/jobs/{job_id}/metrics")
+
+
+def states(server: Server, job_id: str) -> list[str]:
+    return [e["to_state"] for e in server.get(f"/v1/jobs/{job_id}/events")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+_PROBE = textwrap.dedent("""
+    import json, sys, ray
+    ray.init(address=sys.argv[1], namespace="brigade", logging_level="ERROR")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        prefix = line.strip()
+        actors = [a["Name"] for a in ray._private.state.actors().values()
+                  if a["Name"].startswith(prefix) and a["State"] != "DEAD"]
+        pgs = [p["name"] for p in ray.util.placement_group_table().values()
+               if p["name"].startswith(prefix) and p["state"] != "REMOVED"]
+        print(json.dumps(actors + pgs), flush=True)
+""")
+
+
+class RayProbe:
+    """A driver of its own on the server's Ray head (a subprocess, so that this
+    test process's Ray, if any, is left alone): what is alive there, by name.
+    The state it reads is the GCS's own (Ray's state API needs the dashboard,
+    which `brigade serve`'s head runs without)."""
+
+    def __init__(self, data_dir: Path):
+        address = json.loads((data_dir / "ray.json").read_text())["address"]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _PROBE, address], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, RAY_AUTH_MODE="token"),
+        )
+        assert self.proc.stdout.readline().strip() == "ready", "the Ray probe could not connect"
+
+    def leftovers(self, prefix: str) -> list[str]:
+        self.proc.stdin.write(prefix + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def assert_nothing_left(probe: RayProbe, job_id: str, pids: set[int], within_s: float = 30) -> None:
+    """No actor or placement group of any attempt of the job, and no rank process, is left."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = probe.leftovers(f"brigade-{job_id}-") + [f"pid {p}" for p in pids if alive(p)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"job {job_id} left behind: {left}"
+        time.sleep(0.3)
+
+
+class PidWatch:
+    """Every rank pid a job had, sampled while the test waits on it."""
+
+    def __init__(self, server: Server, job_id: str):
+        self.server, self.job_id, self.pids = server, job_id, set()
+
+    def sample(self) -> list[int]:
+        pids = rank_pids(self.server, self.job_id)
+        self.pids.update(pids)
+        return pids

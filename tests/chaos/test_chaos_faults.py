@@ -1,0 +1,278 @@
+"""Chaos: real faults on real processes against one `brigade serve`.
+
+Every scenario ends with its job SUCCEEDED on the loss curve of the
+uninterrupted run of the same spec, bitwise (the same world size, gloo on
+CPUs), having redone no more than a checkpoint interval of steps (except
+where the latest checkpoint itself is corrupt: see that test), and with no
+actor, placement group or rank process of the job left on the cluster.
+The one exception is the job that fails deterministically: it ends FAILED
+after max_restarts, with the cause in `error`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from chaos_harness import (
+    INTERVAL,
+    STEPS,
+    PidWatch,
+    RayProbe,
+    assert_nothing_left,
+    chaos_spec,
+    checkpoint_dir,
+    committed_steps,
+    metrics,
+    rank_pids,
+    start_server,
+    states,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(240)
+rng = random.Random(6)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("chaos"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def probe(server):
+    p = RayProbe(server.data_dir)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def reference(server):
+    """The uninterrupted run, submitted first: it trains while the first scenario does."""
+    job = server.submit(chaos_spec("reference"))
+
+    def losses() -> dict[int, float]:
+        wait_for(server, job["id"], lambda j: j["state"] == "SUCCEEDED", every_s=0.5)
+        return {row["step"]: row["loss"] for row in metrics(server, job["id"])}
+
+    cached: dict = {}
+    return lambda: cached.setdefault("losses", losses())
+
+
+def running_past(step: int):
+    return lambda j: j["state"] == "RUNNING" and j["step"] >= step
+
+
+def attempt_rows(server, job_id) -> list[dict]:
+    """The first metrics row of every attempt after the first (they carry the recovery)."""
+    return [row for row in metrics(server, job_id) if row.get("recovered_from")]
+
+
+def assert_on_the_reference_curve(server, job_id, reference) -> None:
+    rows = metrics(server, job_id)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    straight = reference()
+    assert rows[-1]["loss"] == straight[STEPS]  # the final loss, bitwise
+    assert {r["step"]: r["loss"] for r in rows} == straight  # and every step's
+
+
+def finish(server, probe, job_id, watch: PidWatch, reference) -> dict:
+    done = wait_for(server, job_id, lambda j: j["state"] in ("SUCCEEDED", "FAILED"), every_s=0.3)
+    assert done["state"] == "SUCCEEDED", done["error"]
+    assert done["step"] == STEPS
+    assert_on_the_reference_curve(server, job_id, reference)
+    assert_nothing_left(probe, job_id, watch.pids)
+    return done
+
+
+def sigkill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+# -- ranks killed ---------------------------------------------------------------
+
+
+def test_sigkill_a_random_rank_mid_step_three_times(server, probe, reference):
+    job = server.submit(chaos_spec("kill3"))
+    watch = PidWatch(server, job["id"])
+    killed_at = []
+    for kill in range(3):
+        # Each attempt gets past a new checkpoint first: the job moves on between kills.
+        floor = INTERVAL * (kill + 1) + 2
+        seen = wait_for(server, job["id"], lambda j: running_past(floor)(j)
+                        and j["restarts"] == kill and rank_pids(server, j["id"]))
+        pids = watch.sample()
+        sigkill(pids[rng.randrange(len(pids))])
+        killed_at.append(seen["step"])
+    done = finish(server, probe, job["id"], watch, reference)
+    assert done["restarts"] == 3 and done["preemptions"] == 0
+    recoveries = attempt_rows(server, job["id"])
+    assert len(recoveries) == 3, recoveries
+    for row in recoveries:
+        assert row["recovered_from"] == "restart"
+        assert 0 <= row["lost_steps"] <= INTERVAL
+        assert 0 < row["recovery_s"] < 60
+    assert states(server, job["id"]).count("RESTARTING") == 3
+
+
+def test_sigkill_a_rank_while_it_writes_a_checkpoint(server, probe, reference):
+    job = server.submit(chaos_spec("kill-in-save"))
+    watch = PidWatch(server, job["id"])
+    wait_for(server, job["id"], lambda j: running_past(2)(j) and rank_pids(server, j["id"]))
+    pids = watch.sample()
+    directory = checkpoint_dir(server, job["id"])
+    torn = None
+    deadline = time.monotonic() + 120
+    while torn is None and time.monotonic() < deadline:
+        # A step directory with shards but no manifest yet: a save being written.
+        for name in os.listdir(directory) if directory.is_dir() else []:
+            step_dir = directory / name
+            files = set(os.listdir(step_dir)) if step_dir.is_dir() else set()
+            if any(f.endswith(".distcp") for f in files) and "manifest.json" not in files:
+                sigkill(pids[0])  # rank 0 writes the manifest: it never will now
+                torn = int(name[5:])
+                break
+        time.sleep(0.001)
+    assert torn is not None, "never saw a save in flight"
+    time.sleep(1.0)
+    assert not (directory / f"step-{torn:09d}" / "manifest.json").exists(), "the save committed first"
+    done = finish(server, probe, job["id"], watch, reference)
+    assert done["restarts"] == 1
+    [recovery] = attempt_rows(server, job["id"])
+    assert recovery["resumed_from"] == torn - INTERVAL  # the torn step was never loaded
+    assert recovery["lost_steps"] <= INTERVAL
+
+
+def test_sigterm_a_rank_checkpoints_and_requeues_losing_no_step(server, probe, reference):
+    job = server.submit(chaos_spec("sigterm"))
+    watch = PidWatch(server, job["id"])
+    wait_for(server, job["id"], lambda j: running_past(INTERVAL + 3)(j) and rank_pids(server, j["id"]))
+    pids = watch.sample()
+    rank = rng.randrange(len(pids))
+    os.kill(pids[rank], signal.SIGTERM)
+    done = finish(server, probe, job["id"], watch, reference)
+    assert done["preemptions"] == 1 and done["restarts"] == 0
+    events = server.get(f"/v1/jobs/{job['id']}/events")
+    preempting = [e for e in events if e["to_state"] == "PREEMPTING"]
+    assert len(preempting) == 1 and f"rank {rank} (pid {pids[rank]}" in preempting[0]["reason"]
+    assert "SIGTERM" in preempting[0]["reason"]
+    assert [e["to_state"] for e in events] == [
+        "QUEUED", "STARTING", "RUNNING", "PREEMPTING", "QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    [recovery] = attempt_rows(server, job["id"])
+    assert recovery["recovered_from"] == "preemption"
+    assert recovery["lost_steps"] == 0  # the emergency checkpoint was of the last step taken
+    stopped = recovery["resumed_from"]  # where the emergency checkpoint was taken
+    rows = {r["step"]: r for r in metrics(server, job["id"])}
+    assert rows[stopped].get("checkpoint_step") == stopped
+
+
+# -- checkpoints corrupt, storage gone --------------------------------------------
+
+
+def test_a_corrupt_latest_checkpoint_is_passed_over_at_restart(server, probe, reference):
+    job = server.submit(chaos_spec("corrupt"))
+    watch = PidWatch(server, job["id"])
+    directory = checkpoint_dir(server, job["id"])
+    wait_for(server, job["id"], lambda j: running_past(2 * INTERVAL)(j)
+             and len(committed_steps(directory)) >= 2 and rank_pids(server, j["id"]))
+    pids = watch.sample()
+    latest = committed_steps(directory)[-1]
+    shard = directory / f"step-{latest:09d}" / "__1_0.distcp"
+    with open(shard, "r+b") as f:  # one flipped byte: the size still matches its manifest
+        f.seek(os.path.getsize(shard) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    sigkill(pids[rng.randrange(len(pids))])
+    done = finish(server, probe, job["id"], watch, reference)
+    assert done["restarts"] == 1
+    [recovery] = attempt_rows(server, job["id"])
+    assert recovery["resumed_from"] == latest - INTERVAL  # the previous checkpoint
+    # The steps after the corrupt checkpoint are redone too: up to two intervals,
+    # not one (a corrupt checkpoint costs its interval; nothing can save those).
+    assert recovery["lost_steps"] <= 2 * INTERVAL
+
+
+def test_storage_that_fails_for_a_while_does_not_stop_training(server, probe, reference):
+    job = server.submit(chaos_spec("storage"))
+    watch = PidWatch(server, job["id"])
+    directory = checkpoint_dir(server, job["id"])
+    wait_for(server, job["id"], lambda j: running_past(INTERVAL + 1)(j)
+             and committed_steps(directory) and rank_pids(server, j["id"]))
+    watch.sample()
+    aside = directory.with_name("checkpoints.aside")
+    os.rename(directory, aside)  # the storage goes away: a file where the directory was
+    directory.write_text("the checkpoint storage is unavailable")
+    outage_began = server.job(job["id"])["step"]
+    failed = lambda: [r for r in metrics(server, job["id"]) if r.get("checkpoint_error")]  # noqa: E731
+    wait_for(server, job["id"], lambda j: len(failed()) >= 2, every_s=0.2)
+    directory.unlink()  # ... and comes back
+    os.rename(aside, directory)
+    outage_ended = server.job(job["id"])["step"]
+    done = finish(server, probe, job["id"], watch, reference)
+    assert done["restarts"] == 0  # no failure: training went on
+    failures = failed()
+    assert all(outage_began < r["step"] <= outage_ended + INTERVAL for r in failures)
+    assert all("checkpoint of step" in r["checkpoint_error"] for r in failures)
+    assert max(r["checkpoint_failures"] for r in failures) == len(failures)
+    log = [line["line"] for line in server.get(f"/v1/jobs/{job['id']}/logs")]
+    assert sum("failed saves in this attempt" in line for line in log) == len(failures)
+    # Saving resumed: the last checkpoints are after the outage, and all of them verify.
+    listed = [c["step"] for c in server.get(f"/v1/jobs/{job['id']}/checkpoints")]
+    assert listed[-1] == STEPS and listed[0] > max(r["step"] for r in failures)
+    assert committed_steps(directory) == listed  # no half-written step left behind
+    assert done["latest_checkpoint"]["step"] == STEPS
+
+
+# -- the control plane killed -------------------------------------------------------
+
+
+def test_sigkill_the_controller_mid_run_and_while_restarting(server, probe, reference):
+    mid_run = server.submit(chaos_spec("ctl-mid-run"))
+    restarting = server.submit(chaos_spec("ctl-restarting"))
+    runs, restarts = PidWatch(server, mid_run["id"]), PidWatch(server, restarting["id"])
+    for job in (mid_run, restarting):
+        wait_for(server, job["id"], lambda j: running_past(INTERVAL + 2)(j) and rank_pids(server, j["id"]))
+    runs.sample()
+    sigkill(restarts.sample()[0])
+    wait_for(server, restarting["id"], lambda j: j["state"] == "RESTARTING", every_s=0.01)
+    server.kill()  # mid-run for one job, mid-restart for the other
+    server.start()
+    for job, watch in ((mid_run, runs), (restarting, restarts)):
+        done = finish(server, probe, job["id"], watch, reference)
+        events = server.get(f"/v1/jobs/{job['id']}/events")
+        assert any("reconciled" in e["reason"] for e in events), events
+        if job is restarting:
+            assert done["restarts"] == 1
+            noted = [e for e in events if "reconciled" in e["reason"]]
+            assert noted[0]["from_state"] == "RESTARTING", noted  # the kill landed mid-restart
+            [recovery] = attempt_rows(server, job["id"])
+            assert recovery["lost_steps"] <= INTERVAL
+        else:
+            assert done["restarts"] == 0
+            # Reattached to its live group (no new attempt), or, were it gone, restarted once.
+            assert len(attempt_rows(server, job["id"])) <= 1
+
+
+# -- a job that cannot succeed --------------------------------------------------------
+
+
+def test_a_deterministically_failing_job_ends_failed_after_max_restarts(server, probe):
+    # A data uri that exists but cannot be read as a file (a directory: as root, too).
+    bad = server.data_dir / "data-store" / "tenants" / "admin" / "data" / "unreadable.bin"
+    bad.mkdir(parents=True)
+    spec = chaos_spec("bad-data", data={"source": "uri", "uri": f"file://{bad}"}, max_restarts=1)
+    job = server.submit(spec)
+    watch = PidWatch(server, job["id"])
+    done = wait_for(server, job["id"], lambda j: j["state"] in ("FAILED", "SUCCEEDED"), every_s=0.3)
+    assert done["state"] == "FAILED"
+    assert done["restarts"] == 1
+    assert "IsADirectoryError" in done["error"] and "max_restarts 1" in done["error"]
+    assert states(server, job["id"]).count("RESTARTING") == 1
+    assert_nothing_left(probe, job["id"], watch.pids)
