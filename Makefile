@@ -22,5 +22,6 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# Every figure of docs/benchmarks.md and its plot (docs/*.png); ARGS=--quick for a smoke run.
 bench: $(STAMP)
-	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench $(ARGS)

@@ -2,25 +2,22 @@
 gradient compression against the formulas, steps/s, and the comm time that
 prefetch hides.
 
-    .venv/bin/python -m bench.comm [--steps 20] [--out docs/benchmarks.md]
+    .venv/bin/python -m bench.comm [--steps 10] [--world-sizes 2,3,4]
 
 One local Ray cluster; for each world size N = 2..4 one `WorkerGroup`, which
-trains every configuration in turn (rank 0's metrics). Replaces only the
-`## Communication levers` section of the markdown file, and writes the plot
-next to it (docs/comm_bytes.png). Takes about a minute and a half on 2 cores.
+trains every configuration in turn (rank 0's metrics). Writes its section of
+docs/benchmarks.md and the plot docs/comm_bytes.png. Takes about a minute and
+a half on 2 idle cores.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import re
 import statistics
 import sys
-from pathlib import Path
 
 import ray
+
+from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 
 from workers.comm import comm_theory_bytes
 from workers.compression import wire_bytes_per_value
@@ -32,7 +29,6 @@ WORLD_SIZES = (2, 3, 4)
 COMPRESSIONS = ("none", "bf16", "int8")
 PREFETCH_DEPTHS = (0, 1, 2)
 WARMUP = 2
-SECTION = "## Communication levers"
 
 
 def job(steps: int, strategy: str, compression: str = "none", prefetch: int = 0) -> dict:
@@ -68,13 +64,14 @@ def summarise(metrics: list[dict]) -> dict:
     }
 
 
-def measure(steps: int) -> dict[tuple[int, str, str, int], dict]:
+def measure(steps: int, sizes: tuple[int, ...]) -> dict[tuple[int, str, str, int], dict]:
     results = {}
-    for n in WORLD_SIZES:
+    for n in sizes:
         with WorkerGroup(n) as group:
             for strategy, compression, prefetch in runs_for(n):
                 metrics = group.train(job(steps, strategy, compression, prefetch))[0]
                 results[n, strategy, compression, prefetch] = row = summarise(metrics)
+                row["load"] = load()
                 print(f"N={n} {strategy} {compression} prefetch={prefetch}: "
                       f"{row['bytes'] / 1e6:.3f} MB/step (theory {row['theory'] / 1e6:.3f}), "
                       f"{row['steps_per_s']:.2f} steps/s", file=sys.stderr)
@@ -87,17 +84,13 @@ def theory_line(strategy: str, compression: str, n: int, params: int) -> float:
                              reduce_scatter_ratio=wire_bytes_per_value(compression, 4) / 4)
 
 
-def plot(results: dict, params: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict, params: int, path, sizes: tuple[int, ...]) -> str:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colours = {"full_shard": "tab:blue", "shard_grad_op": "tab:orange", "no_shard": "tab:green"}
     styles = {"none": "-", "bf16": "--", "int8": ":"}
     markers = {"none": "o", "bf16": "s", "int8": "^"}
-    ns = list(WORLD_SIZES)
+    ns = list(sizes)
     for strategy, colour in colours.items():
         for compression in COMPRESSIONS if strategy != "no_shard" else ("none",):
             label = f"{strategy}, {compression}"
@@ -115,24 +108,17 @@ def plot(results: dict, params: int, path: Path) -> None:
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return save_plot(fig, path)
 
 
-def section(results: dict, params: int, steps: int, png: str) -> str:
+def section(results: dict, params: int, steps: int, png: str, sizes: tuple[int, ...]) -> str:
     model = ", ".join(f"{k} {v}" for k, v in MODEL.items())
     lines = [
-        SECTION,
-        "",
-        f"Machine: `nproc` {os.cpu_count()}, Python {platform.python_version()}, gloo on CPU; "
-        f"N ranks as Ray actors on these cores (oversubscribed at N = 3, 4).",
+        "Gloo on CPU; N ranks as Ray actors on these 2 cores (oversubscribed at N = 3, 4). "
         f"Model: GPT {model}, {params:,} params (S = {4 * params / 1e6:.2f} MB fp32), global batch 12, "
         f"built-in corpus, {steps} steps per run; rank 0's metrics, steady state after {WARMUP} "
-        "warm-up steps (median step time).",
-        "",
-        "```",
-        f".venv/bin/python -m bench.comm --steps {steps}",
-        "```",
+        "warm-up steps (median step time). The load column is the 1-minute load average when "
+        "each configuration finished.",
         "",
         "Theory (`workers/comm.py`): full_shard (2 + R)(N-1)/N x S, shard_grad_op (1 + R)(N-1)/N x S, "
         "no_shard 2(N-1)/N x S, where R is the reduce-scatter's wire bytes per fp32 byte: 1, "
@@ -142,8 +128,8 @@ def section(results: dict, params: int, steps: int, png: str) -> str:
         "### Bytes per step vs the formulas",
         "",
         "| N | strategy | compression | MB/step measured | theory | measured / theory | "
-        "reduce-scatter MB | steps/s | final loss |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "reduce-scatter MB | steps/s | final loss | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (n, strategy, compression, prefetch), r in results.items():
         if prefetch:
@@ -151,11 +137,11 @@ def section(results: dict, params: int, steps: int, png: str) -> str:
         lines.append(
             f"| {n} | {strategy} | {compression} | {r['bytes'] / 1e6:.3f} | {r['theory'] / 1e6:.3f} | "
             f"{r['bytes'] / r['theory']:.3f} | {r['rs_bytes'] / 1e6:.3f} | {r['steps_per_s']:.2f} | "
-            f"{r['loss']:.4f} |"
+            f"{r['loss']:.4f} | {r['load']:.2f} |"
         )
     ratios = {
         c: [results[n, s, c, 0]["rs_bytes"] / results[n, s, "none", 0]["rs_bytes"]
-            for n in WORLD_SIZES for s in ("full_shard", "shard_grad_op")]
+            for n in sizes for s in ("full_shard", "shard_grad_op")]
         for c in ("bf16", "int8")
     }
     lines += [
@@ -179,45 +165,49 @@ def section(results: dict, params: int, steps: int, png: str) -> str:
         "Times are one run's: with N ranks on 2 cores, the ranks and gloo's threads contend for "
         "the CPU and steps/s moves between runs (at N = 4 by up to a third); bytes do not move.",
         "",
-        "| N | prefetch depth | comm time / step (ms) | exposed (ms) | exposed / comm | steps/s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| N | prefetch depth | comm time / step (ms) | exposed (ms) | exposed / comm | steps/s "
+        "| load |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for n in WORLD_SIZES:
+    for n in sizes:
         for d in PREFETCH_DEPTHS:
             r = results[n, "full_shard", "none", d]
             lines.append(
                 f"| {n} | {d} | {1e3 * r['comm_s']:.1f} | {1e3 * r['exposed_s']:.1f} | "
-                f"{r['exposed_s'] / r['comm_s']:.2f} | {r['steps_per_s']:.2f} |"
+                f"{r['exposed_s'] / r['comm_s']:.2f} | {r['steps_per_s']:.2f} | {r['load']:.2f} |"
             )
     return "\n".join(lines) + "\n"
 
 
-def replace_section(markdown: str, new: str) -> str:
-    """Swap the `## Communication levers` section (up to the next `## `) for `new`."""
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(markdown):
-        return pattern.sub(lambda _: new + "\n", markdown, count=1).rstrip("\n") + "\n"
-    return markdown.rstrip("\n") + "\n\n" + new
+def add_args(parser) -> None:
+    parser.add_argument("--steps", type=int, default=None, help="default 10 (--quick: 6)")
+    parser.add_argument("--world-sizes", default=None, help="default 2,3,4 (--quick: 2)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--out", default="docs/benchmarks.md")
-    args = parser.parse_args()
+def run(args) -> Figure:
+    steps = args.steps or (6 if args.quick else 10)
+    sizes = tuple(int(n) for n in (args.world_sizes or ("2" if args.quick else "2,3,4")).split(","))
     params = ModelConfig(**MODEL).num_params()
-    out = Path(args.out)
-    png = out.with_name("comm_bytes.png")
-    ray.init(address="local", num_cpus=max(WORLD_SIZES), include_dashboard=False)
+    ray.init(address="local", num_cpus=max(sizes), include_dashboard=False)
     try:
-        results = measure(args.steps)
+        results = measure(steps, sizes)
     finally:
         ray.shutdown()
-    plot(results, params, png)
-    text = section(results, params, args.steps, png.name)
-    out.write_text(replace_section(out.read_text() if out.exists() else "", text))
-    print(text)
+    png = plot(results, params, args.png_dir / "comm_bytes.png", sizes)
+    ratios = [r["bytes"] / r["theory"] for (n, s, c, d), r in results.items() if not d]
+    worst = max(abs(x - 1) for x in ratios)
+    return Figure(
+        name="comm", title="Communication: bytes per step vs the formulas",
+        command=f".venv/bin/python -m bench.comm --steps {steps} "
+                f"--world-sizes {','.join(map(str, sizes))}",
+        body=section(results, params, steps, png, sizes),
+        headline=f"measured / theory bytes {min(ratios):.3f}-{max(ratios):.3f} over "
+                 f"{len(ratios)} configurations, N = {','.join(map(str, sizes))}",
+        goals=[Goal("bytes/step = the formula (within 1%)", f"worst off by {worst:.1%}",
+                    worst <= 0.01)],
+        pngs=[png],
+    )
 
 
 if __name__ == "__main__":
-    main()
+    cli("comm", __doc__, add_args, run)

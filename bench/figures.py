@@ -1,0 +1,16 @@
+"""The figures of docs/benchmarks.md, in the document's order: name -> title.
+
+Each name is a module `bench.NAME` with `run(args) -> report.Figure`, and
+`python -m bench --only NAME` reruns it alone.
+"""
+
+TITLES = {
+    "overhead": "Engine overhead: Brigade on Ray vs torchrun vs one process",
+    "comm": "Communication: bytes per step vs the formulas",
+    "memory": "Memory: per-rank state vs 16 B/param / N",
+    "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
+    "recovery": "Recovery after a rank is killed",
+    "api": "API latency at 100 concurrent clients",
+    "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
+}
+FIGURES = list(TITLES)
