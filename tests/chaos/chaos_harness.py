@@ -17,7 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from tests.e2e.serve_harness import TERMINAL, Server
+from tests.e2e.serve_harness import Server
 
 INTERVAL = 10  # checkpoint.every_steps of every scenario
 STEPS = 80
@@ -52,14 +52,7 @@ def start_server(data_dir: Path) -> Server:
 
 def wait_for(server: Server, job_id: str, until, timeout_s: float = 180, every_s: float = 0.05) -> dict:
     """Poll the job fast (a fault must land inside a short window) until `until(job)`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job = server.job(job_id)
-        if until(job):
-            return job
-        assert job["state"] not in TERMINAL, f"job ended {job['state']}: {job['error']}"
-        assert time.monotonic() < deadline, f"timed out waiting; job is {job}\n{server.log_tail()}"
-        time.sleep(every_s)
+    return server.wait(job_id, until, timeout_s=timeout_s, every_s=every_s)
 
 
 def rank_pids(server: Server, job_id: str) -> list[int]:

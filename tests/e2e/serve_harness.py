@@ -94,15 +94,17 @@ class Server:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def wait(self, job_id: str, until, timeout_s: float = 240) -> dict:
+    def wait(self, job_id: str, until, timeout_s: float = 240, every_s: float = 0.2) -> dict:
+        """Poll the job every `every_s` until `until(job)`; fail on a final
+        state or the timeout (with the end of the server's log)."""
         deadline = time.monotonic() + timeout_s
         while True:
             job = self.job(job_id)
             if until(job):
                 return job
             assert job["state"] not in TERMINAL, f"job ended {job['state']}: {job['error']}"
-            assert time.monotonic() < deadline, f"timed out waiting; job is {job}"
-            time.sleep(0.2)
+            assert time.monotonic() < deadline, f"timed out waiting; job is {job}\n{self.log_tail()}"
+            time.sleep(every_s)
 
     def get(self, path: str):
         r = self.http.get(path)
