@@ -15,10 +15,15 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
 def printable(value: object, limit: int = 512) -> str:
-    text = _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"
-                                             if ord(m.group()) < 0x100
-                                             else f"\\u{ord(m.group()):04x}"), str(value))
+    text = _CONTROL.sub(_escape, str(value))
     if len(text) > limit:
         text = f"{text[:limit]}...[{len(text) - limit} more chars]"
     return text

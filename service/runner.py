@@ -163,7 +163,7 @@ class JobRunner(threading.Thread):
         A group asked to stop (preempted, suspended) that has not stopped
         within its grace period is 'killed'."""
         seen, stop_sent = 0, None
-        grace = self._grace_s()
+        grace = self.sup.admission.grace_s(self.store.get_job(self.job_id))
         while not self.detach.is_set():
             try:
                 seen += self._record(self.group.progress(seen))
@@ -314,10 +314,6 @@ class JobRunner(threading.Thread):
         if job is not None and not job.state.is_terminal:
             target = S.CANCELLED if job.state is S.CANCELLING else S.FAILED
             self.store.transition(self.job_id, target, reason=error, error=error)
-
-    def _grace_s(self) -> float:
-        spec = self.store.get_job(self.job_id).spec
-        return spec.get("preemption_grace_s") or self.sup.settings.preemption_grace_s
 
     def _backoff(self, job: JobRecord) -> None:
         self.detach.wait(backoff_s(job.restarts, self.sup.settings.restart_backoff_s))

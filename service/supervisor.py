@@ -110,7 +110,7 @@ class Supervisor:
         queued = self.store.jobs_in_states([S.QUEUED])
         return {
             "capacity": capacity,
-            "usage": self._usage(active),
+            "usage": dict(self.admission.held(active).items()),
             "running_jobs": len(active),
             "queue": [{"id": j.id, "name": j.name, "tenant": j.tenant, "priority": j.priority,
                        "waiting": self.waiting_reason(j.id)} for j in queued],
@@ -232,14 +232,6 @@ class Supervisor:
         if job is None:
             raise JobNotFound(job_id)
         return job
-
-    def _usage(self, jobs: list[JobRecord]) -> dict[str, float]:
-        used = {"cpu": 0.0, "gpu": 0.0}
-        for job in jobs:
-            res = job.spec.get("resources_per_worker", {})
-            used["cpu"] += (job.workers or 0) * res.get("cpu", 1.0)
-            used["gpu"] += (job.workers or 0) * res.get("gpu", 0.0)
-        return used
 
     def _check_fits(self, spec: JobSpec, workers: int) -> None:
         capacity = cluster_capacity()

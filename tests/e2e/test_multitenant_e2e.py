@@ -92,9 +92,11 @@ def test_a_high_priority_job_preempts_an_elastic_one_which_resumes_on_its_loss_c
 def test_a_preempted_job_that_overstays_its_grace_period_is_killed_and_requeued(server):
     low = Tenant(server, "slow-to-leave", max_priority=10)
     high = Tenant(server, "urgent", max_priority=100)
-    # 0.05 s of grace: the ranks are killed before they can checkpoint.
-    victim = low.submit(spec(80, workers={"min": 2, "max": 4}, priority=1,
-                             preemption_grace_s=0.05))
+    # 0.05 s of grace, and a model whose step and checkpoint take longer than
+    # the runner's polls (0.2 s): the ranks are killed before they can stop.
+    slow = spec(80, workers={"min": 2, "max": 4}, priority=1, preemption_grace_s=0.05)
+    slow["model"] = {"n_layers": 4, "d_model": 256, "n_heads": 4, "seq_len": 64}
+    victim = low.submit(slow)
     low.wait(victim["id"], lambda j: j["state"] == "RUNNING"
              and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
     urgent = high.submit(spec(20, workers=2, priority=90))
