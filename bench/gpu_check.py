@@ -33,13 +33,10 @@ def run(raw: dict, checkpoint_root: str | None = None, stop_after: int | None = 
         job: str = "gpu-check") -> tuple[str, list[dict]]:
     """Train `raw` as a world of one; (backend, metrics per step)."""
     from workers.config import CheckpointTarget, JobConfig
-    from workers.distributed import (
-        LOOPBACK, Rendezvous, destroy_process_group, free_port, init_process_group,
-    )
+    from workers.distributed import destroy_process_group, init_single_process
     from workers.trainer import train_rank
 
-    backend = init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=free_port(),
-                                            rank=0, world_size=1, timeout_s=120))
+    backend = init_single_process(timeout_s=120)
     target = None
     if checkpoint_root:
         target = CheckpointTarget(root=checkpoint_root, tenant="bench", job=job,

@@ -26,6 +26,7 @@ from workers.distributed import LOOPBACK, free_port
 logger = logging.getLogger(__name__)
 NAMESPACE = "brigade"
 START_TIMEOUT_S = 60.0
+START_ATTEMPTS = 3  # a head that exits while starting (a port taken meanwhile) is tried again
 
 
 def connect(address: str) -> None:
@@ -60,7 +61,19 @@ class LocalRayCluster:
         self.state_file.unlink(missing_ok=True)
 
     def _start(self) -> str:
+        """Start the head; a port taken between choosing and binding it (the
+        head exits at once) is tried again with other ports."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            address = self._start_once()
+            if address is not None:
+                return address
+            logger.warning("the local Ray head exited while starting (attempt %d of %d)",
+                           attempt, START_ATTEMPTS)
+        raise RuntimeError(f"the local Ray head did not start: see {self.dir / 'ray.log'}")
+
+    def _start_once(self) -> str | None:
+        """The head's address once it runs; None if it exited while starting."""
         port = free_port(LOOPBACK)
         cmd = [
             str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
@@ -70,18 +83,28 @@ class LocalRayCluster:
         if self.num_cpus is not None:
             cmd.append(f"--num-cpus={self.num_cpus}")
         _ensure_auth_token(Path(cmd[0]))
-        log = open(self.dir / "ray.log", "ab")
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # outlives this process, and is its own group
-        )
+        log_path = self.dir / "ray.log"
+        with open(log_path, "ab") as log:
+            start = log.tell()
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this process, and is its own group
+            )
         address = f"{LOOPBACK}:{port}"
         self.state_file.write_text(json.dumps({"pid": proc.pid, "address": address}))
         deadline = time.monotonic() + START_TIMEOUT_S
-        while b"will now block" not in (self.dir / "ray.log").read_bytes()[-4096:]:
-            if proc.poll() is not None or time.monotonic() > deadline:
+        while True:
+            with open(log_path, "rb") as log:
+                log.seek(start)
+                if b"will now block" in log.read():
+                    break
+            if proc.poll() is not None:
                 self.stop()
-                raise RuntimeError(f"the local Ray head did not start: see {self.dir / 'ray.log'}")
+                return None
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the local Ray head did not start in {START_TIMEOUT_S:g}s: "
+                                   f"see {log_path}")
             time.sleep(0.2)
         logger.info("started a local Ray head at %s (pid %d)", address, proc.pid)
         return address

@@ -1,4 +1,5 @@
-"""Process-group rendezvous: backend from the devices, free port, explicit timeout.
+"""Process-group rendezvous: backend from the devices, explicit timeout, and a
+store that rank 0 listens on before anyone is told its port.
 
 Used by the rank actors on Ray and by the off-cluster launcher (torchrun or a
 single process) alike. torch is imported inside the functions so that modules
@@ -46,7 +47,11 @@ def local_device():
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A port that was free on `host` a moment ago (the caller binds it next)."""
+    """A port that was free on `host` a moment ago (the caller binds it next).
+
+    Any process on the machine can take it in between (Ray's workers open
+    connections all the time), so a process group's rendezvous does not use
+    it: see `open_store`."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((host, 0))
@@ -85,8 +90,49 @@ def apply_watchdog_env(backend: str, timeout_s: float) -> dict[str, str]:
     return applied
 
 
-def init_process_group(rv: Rendezvous) -> str:
-    """Form the default process group; returns the backend it chose."""
+def open_store(addr: str, world_size: int, timeout_s: float):
+    """Rank 0's rendezvous store, listening on `addr` only, at a port the
+    kernel picks as it binds (`store.port`): nothing can take the port between
+    choosing it and listening, and the store is not reachable from other
+    interfaces (a TCPStore that binds by itself listens on all of them)."""
+    import torch.distributed as dist
+
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((addr, 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+    except OSError:
+        sock.close()
+        raise
+    fd = sock.detach()  # the store owns the socket from here and closes it
+    try:
+        return dist.TCPStore(
+            addr, port, world_size, is_master=True, timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False, master_listen_fd=fd,
+        )
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def connect_store(rv: Rendezvous):
+    """A client of rank 0's store; it retries until `rv.timeout_s`."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        rv.master_addr, rv.master_port, rv.world_size, is_master=False,
+        timeout=timedelta(seconds=rv.timeout_s),
+    )
+
+
+def init_process_group(rv: Rendezvous, store=None) -> str:
+    """Form the default process group; returns the backend it chose.
+
+    With `store` (rank 0's from `open_store`, the others' from
+    `connect_store`) the ranks meet there; without, at `tcp://` on the
+    rendezvous address, as torchrun's environment describes it."""
     import torch
     import torch.distributed as dist
 
@@ -95,23 +141,40 @@ def init_process_group(rv: Rendezvous) -> str:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     apply_watchdog_env(backend, rv.timeout_s)
+    meet = (
+        {"store": store}
+        if store is not None
+        else {"init_method": f"tcp://{rv.master_addr}:{rv.master_port}"}
+    )
     dist.init_process_group(
         backend=backend,
-        init_method=f"tcp://{rv.master_addr}:{rv.master_port}",
         rank=rv.rank,
         world_size=rv.world_size,
         timeout=timedelta(seconds=rv.timeout_s),
         device_id=device if device.type == "cuda" else None,
+        **meet,
     )
     return backend
+
+
+def init_single_process(timeout_s: float = 30.0) -> str:
+    """A world of one in this process, its store on loopback."""
+    store = open_store(LOOPBACK, 1, timeout_s)
+    rv = Rendezvous(master_addr=LOOPBACK, master_port=store.port, rank=0, world_size=1,
+                    timeout_s=timeout_s)
+    return init_process_group(rv, store)
 
 
 def init_from_env(timeout_s: float = 30.0) -> str:
     """torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or a
     single process when none is set."""
+    if not os.environ.get("MASTER_PORT"):
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise RuntimeError("WORLD_SIZE > 1 needs MASTER_ADDR and MASTER_PORT (torchrun sets them)")
+        return init_single_process(timeout_s)
     rv = Rendezvous(
         master_addr=os.environ.get("MASTER_ADDR", LOOPBACK),
-        master_port=int(os.environ.get("MASTER_PORT") or free_port()),
+        master_port=int(os.environ["MASTER_PORT"]),
         rank=int(os.environ.get("RANK", "0")),
         world_size=int(os.environ.get("WORLD_SIZE", "1")),
         timeout_s=timeout_s,

@@ -312,7 +312,7 @@ class WorkerGroup:
     def _rendezvous(self) -> None:
         same_node = len({info["node_id"] for info in self.node_infos}) == 1
         [self.rendezvous] = self._finish(
-            [self._actors[0].choose_rendezvous.remote(same_node)],
+            [self._actors[0].choose_rendezvous.remote(same_node, self.pg_timeout_s)],
             self.ready_timeout_s,
             "choosing the rendezvous",
         )

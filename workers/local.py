@@ -16,7 +16,7 @@ import sys
 import yaml
 
 from workers.config import ConfigError, JobConfig
-from workers.distributed import LOOPBACK, Rendezvous, destroy_process_group, free_port, init_from_env
+from workers.distributed import destroy_process_group, init_from_env, init_single_process
 
 
 def load_config(path: str | None, overrides: list[str]) -> JobConfig:
@@ -35,13 +35,9 @@ def load_config(path: str | None, overrides: list[str]) -> JobConfig:
 
 def run_single_process(config: JobConfig, timeout_s: float = 60.0) -> list[dict]:
     """Train `config` in this process as a world of one; returns the metrics."""
-    from workers.distributed import init_process_group
     from workers.trainer import train_rank
 
-    init_process_group(
-        Rendezvous(master_addr=LOOPBACK, master_port=free_port(), rank=0, world_size=1,
-                   timeout_s=timeout_s)
-    )
+    init_single_process(timeout_s)
     try:
         return train_rank(config)
     finally:

@@ -49,6 +49,7 @@ class RankActor:
         self._sigterm_at: float | None = None  # wall time of the preemption notice, if one came
         self._sigterm_grace_s = sigterm_grace_s
         self._ray_sigterm = None
+        self._store = None  # rank 0's rendezvous store, from choose_rendezvous
         self._install_sigterm_handler()
 
     def node_info(self) -> dict:
@@ -59,11 +60,13 @@ class RankActor:
             "gpu_ids": ray.get_gpu_ids(),
         }
 
-    def choose_rendezvous(self, same_node: bool) -> tuple[str, int]:
+    def choose_rendezvous(self, same_node: bool, timeout_s: float) -> tuple[str, int]:
         """Rank 0 only: where the others meet it."""
         # Ray's node IP cannot be moved to loopback; on one node we need not use it.
         addr = distributed.LOOPBACK if same_node else ray.util.get_node_ip_address()
-        return addr, distributed.free_port(addr)
+        # Listening before the port is handed out: no other process can take it.
+        self._store = distributed.open_store(addr, self.world_size, timeout_s)
+        return addr, self._store.port
 
     def setup(self, addr: str, port: int, timeout_s: float) -> str:
         """Join the process group; returns the backend (NCCL on a GPU, else gloo)."""
@@ -77,7 +80,8 @@ class RankActor:
             world_size=self.world_size,
             timeout_s=timeout_s,
         )
-        return distributed.init_process_group(rv)
+        store = self._store if self.rank == 0 else distributed.connect_store(rv)
+        return distributed.init_process_group(rv, store)
 
     def train(
         self, config: dict, checkpoint: dict | None = None, stop_after: int | None = None

@@ -8,7 +8,7 @@ spawned processes can import them.
 
 from __future__ import annotations
 
-import socket
+import tempfile
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor
 from checkpoints import CheckpointStore
 from checkpoints.checkpointer import Checkpointer
 from checkpoints.stateful import ModelAndOptimizer
+from workers.distributed import LOOPBACK, open_store
 
 SECRET = b"brigade-test-secret"
 
@@ -39,42 +40,39 @@ _PRELOAD = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_single_rank() -> None:
-    """A one-rank gloo default group in this process."""
-    _init(rank=0, world_size=1, port=free_port())
+    """A one-rank gloo default group in this process, its store on loopback."""
+    dist.init_process_group("gloo", store=open_store(LOOPBACK, 1, 60), rank=0, world_size=1,
+                            timeout=timedelta(seconds=60))
 
 
 def run_ranks(fn, world_size: int, *args: Any) -> None:
     # A fork server that has imported torch once starts ranks in a fraction of
     # the seconds a fresh interpreter takes to import it.
     mp.set_forkserver_preload(_PRELOAD)
-    mp.start_processes(
-        _rank_main,
-        args=(fn, world_size, free_port(), args),
-        nprocs=world_size,
-        start_method="forkserver",
-    )
+    # The ranks meet in a file, not at a port: no other process can take it.
+    with tempfile.TemporaryDirectory() as rendezvous:
+        mp.start_processes(
+            _rank_main,
+            args=(fn, world_size, f"{rendezvous}/store", args),
+            nprocs=world_size,
+            start_method="forkserver",
+        )
 
 
-def _init(rank: int, world_size: int, port: int) -> None:
+def _init(rank: int, world_size: int, rendezvous: str) -> None:
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"file://{rendezvous}",
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=60),
     )
 
 
-def _rank_main(rank: int, fn, world_size: int, port: int, args: tuple) -> None:
+def _rank_main(rank: int, fn, world_size: int, rendezvous: str, args: tuple) -> None:
     torch.set_num_threads(1)
-    _init(rank, world_size, port)
+    _init(rank, world_size, rendezvous)
     try:
         fn(rank, world_size, *args)
     finally:

@@ -29,14 +29,32 @@ class Server:
         self.data_dir = data_dir
         self.ray_address = ray_address
         self.extra_env = dict(env or {})
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
+        self.started = False
+        self._listen_on(free_port())
+
+    def _listen_on(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEY}"},
                                  timeout=30)
 
     def start(self) -> Server:
+        """Start (or restart) the server and wait for /healthz. Its first start
+        moves to another port if the one chosen was taken meanwhile; a restart
+        keeps the port, as clients know it."""
+        for _ in range(3):
+            if self._start_once():
+                self.started = True
+                return self
+            assert not self.started, f"brigade serve could not listen again: {self.log_tail()}"
+            self.http.close()
+            self._listen_on(free_port())
+        raise AssertionError(f"brigade serve found no free port: {self.log_tail()}")
+
+    def _start_once(self) -> bool:
+        """True once it answers; False if it exited because its port was taken."""
         env = dict(os.environ, BRIGADE_ADMIN_KEY=KEY, BRIGADE_RAY_NUM_CPUS="4",
                    BRIGADE_POLL_INTERVAL_S="0.2", BRIGADE_SECRET="e2e-secret-0123456789abcdef")
         env.update(self.extra_env)
@@ -47,12 +65,16 @@ class Server:
         if self.ray_address:
             cmd += ["--ray-address", self.ray_address]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
         deadline = time.monotonic() + 120
         while True:
-            assert self.proc.poll() is None, f"brigade serve exited: {self.log_tail()}"
+            if self.proc.poll() is not None:
+                if "address already in use" in self.log_tail().lower():
+                    return False
+                raise AssertionError(f"brigade serve exited: {self.log_tail()}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
+                    return True
             except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, f"brigade serve did not come up: {self.log_tail()}"

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from workers.config import CheckpointTarget, JobConfig
-from workers.distributed import LOOPBACK, Rendezvous, destroy_process_group, free_port
-from workers.distributed import init_process_group
+from workers.distributed import destroy_process_group, init_single_process
 
 SECRET = "storage-fault-secret-0123456789abcdef"
 
@@ -31,8 +30,7 @@ def config(async_save: bool) -> JobConfig:
 
 @pytest.fixture
 def one_rank():
-    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=free_port(), rank=0,
-                                  world_size=1, timeout_s=60))
+    init_single_process(timeout_s=60)
     yield
     destroy_process_group()
 
