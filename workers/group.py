@@ -13,32 +13,17 @@ timeout, so they are killed rather than joined.
 
 from __future__ import annotations
 
-import re
-import time
-from typing import Any
-
 import ray
-from ray.exceptions import RayError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.config import JobConfig
-from workers.errors import (
-    CapacityError,
-    PlacementTimeoutError,
-    RankError,
-    RankFailedError,
-    RankLostError,
-    WorkerGroupError,
-)
+from workers.errors import PlacementTimeoutError, RankFailedError, WorkerGroupError
+from workers.placement import PLACEMENT_STRATEGIES, check_capacity
 from workers.rank_actor import SIGTERM_GRACE_S, RankActor
+from workers.rank_calls import await_ranks
 
-PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-POLL_S = 0.5  # how often a wait looks at its ranks
-BLAME_GRACE_S = 3.0  # once a rank raises, how long to look for a lost rank that made it raise
 PROGRESS_TIMEOUT_S = 30.0
-_EPS = 1e-6  # Ray counts resources in units of 1e-4
-_ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the remote function's name
 
 _RemoteRankActor = ray.remote(RankActor)
 
@@ -247,33 +232,7 @@ class WorkerGroup:
     def _check_capacity(self) -> None:
         """Refuse at once what no amount of waiting can place."""
         nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-        n, bundle = self.num_workers, self.bundle
-        for key, per_rank in bundle.items():
-            total = sum(node.get(key, 0.0) for node in nodes)
-            largest = max((node.get(key, 0.0) for node in nodes), default=0.0)
-            need = n * per_rank
-            if need > total + _EPS:
-                raise CapacityError(
-                    f"{n} worker{'s' * (n != 1)} x {per_rank:g} {key} need {need:g} {key}, "
-                    f"but the cluster has {total:g} {key} in total"
-                )
-            if per_rank > largest + _EPS:
-                raise CapacityError(
-                    f"one worker needs {per_rank:g} {key}, but the largest node has {largest:g}"
-                )
-            if self.placement_strategy == "STRICT_PACK" and need > largest + _EPS:
-                raise CapacityError(
-                    f"STRICT_PACK puts all {n} workers on one node: they need {need:g} {key}, "
-                    f"but the largest node has {largest:g}"
-                )
-        if self.placement_strategy == "STRICT_SPREAD":
-            fits = [all(node.get(k, 0.0) + _EPS >= v for k, v in bundle.items()) for node in nodes]
-            hosts = sum(fits)
-            if n > hosts:
-                raise CapacityError(
-                    f"STRICT_SPREAD puts each of the {n} workers on a node of its own, "
-                    f"but only {hosts} node(s) can hold one"
-                )
+        check_capacity(nodes, self.num_workers, self.bundle, self.placement_strategy)
 
     def _reserve(self) -> None:
         self._pg = placement_group(
@@ -335,58 +294,7 @@ class WorkerGroup:
         """The results of one call per rank (refs[i] is rank i's), or None if some
         are still running after `timeout_s` (None: no limit). The first lost or
         failed rank raises at once and shuts the group down."""
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
-        results: dict[int, Any] = {}
-        pending = list(refs)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while pending:
-            left = POLL_S if deadline is None else max(0.0, deadline - time.monotonic())
-            done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(POLL_S, left))
-            errors = self._collect(done, rank_of, results)
-            if errors:
-                culprit = self._blame(errors, pending, rank_of, results)
-                self.shutdown()  # survivors may sit in a collective: kill, do not join
-                raise culprit
-            if pending and deadline is not None and time.monotonic() >= deadline:
-                return None
-        return [results[rank] for rank in range(len(refs))]
-
-    def _blame(
-        self, errors: list[RankError], pending: list, rank_of: dict, results: dict
-    ) -> RankError:
-        """The error to report: a lost rank before a failed one, then the lowest rank."""
-        if pending and not any(isinstance(e, RankLostError) for e in errors):
-            # A survivor's "connection reset" can come in before the news of the
-            # death that caused it: give the news a moment to arrive.
-            more, _ = ray.wait(pending, num_returns=len(pending), timeout=BLAME_GRACE_S)
-            errors = errors + self._collect(more, rank_of, results)
-        return min(errors, key=lambda e: (not isinstance(e, RankLostError), e.rank))
-
-    def _collect(self, done: list, rank_of: dict, results: dict[int, Any]) -> list[RankError]:
-        """Store the finished calls' results; return the errors of the failed ones."""
-        errors = []
-        for ref in done:
-            rank = rank_of[ref]
-            try:
-                results[rank] = ray.get(ref)
-            except RayError as e:
-                errors.append(self._rank_error(rank, e))
-        return errors
-
-    def _rank_error(self, rank: int, e: RayError) -> RankError:
-        info = self.node_infos[rank] if rank < len(self.node_infos) else None
-        where = f"pid {info['pid']}, node {info['node_ip']}" if info else "not started"
-        text = _ANSI_COLOR.sub("", str(e)).strip()
-        if isinstance(e, RayTaskError):  # the rank's code raised: the summary, then its traceback
-            summary = f"{type(e.cause).__name__}: {e.cause}"
-            message = f"rank {rank} ({where}) failed: {summary}\n{text}"
-            error: RankError = RankFailedError(rank, message)
-        else:  # the actor (its process or its node) died; tab-indented lines are ids
-            lines = [line for line in text.splitlines() if line and line[0] != "\t"]
-            reason = " ".join(lines) or type(e).__name__
-            error = RankLostError(rank, f"rank {rank} ({where}) was lost: {reason}")
-        error.__cause__ = e
-        return error
+        return await_ranks(refs, timeout_s, self.node_infos, self.shutdown)
 
 
 class TrainingRun:

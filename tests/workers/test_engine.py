@@ -8,7 +8,6 @@ import sys
 import pytest
 
 from workers.config import JobConfig
-from workers.distributed import free_port
 from workers.local import run_single_process
 
 TINY = {"data": {"source": "synthetic"}, "train": {"steps": 6, "global_batch": 12}}
@@ -72,7 +71,7 @@ def test_the_same_engine_runs_under_torchrun(reference, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+         "--standalone",  # its store at a port the kernel picks as it binds
          "-m", "workers.local", "--config", str(config)],
         capture_output=True, text=True, timeout=180, env=env,
     )
