@@ -4,10 +4,9 @@ views, ask the policies (`service.scheduling`), and act on what they decide:
 start the jobs admitted (QUEUED -> STARTING at the size chosen) and mark the
 victims of a preemption PREEMPTING, saying who preempted them and why.
 
-It also keeps each tenant's recent service (what its jobs held, for how
-long) for weighted fair share, charging a job just started for a typical
-run's length (`ServiceHistory.owed`); that history lives in memory and starts
-empty after a control-plane restart.
+It also keeps each tenant's recent service for weighted fair share
+(`service.service_history`), rebuilt from the job events when it starts, so
+that a control-plane restart does not forget who has had what.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from service.ray_cluster import cluster_capacity, lost_nodes
 from service.scheduling import (
@@ -24,12 +23,11 @@ from service.scheduling import (
     PreemptionPolicy,
     QueuedJob,
     Resources,
-    Run,
     RunningJob,
     Scheduler,
     TenantPolicy,
 )
-from service.scheduling.fair_share import dominant_share
+from service.service_history import ServiceHistory, spans_holding_workers
 from service.settings import Settings
 from service.spec import JobSpec
 from service.states import ACTIVE, IllegalTransition
@@ -40,64 +38,6 @@ from service.store.tenants import tenant_policy
 logger = logging.getLogger(__name__)
 
 LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING})
-
-
-@dataclass
-class _Holding:
-    tenant: str
-    held: Resources
-    started: float
-
-
-class ServiceHistory:
-    """What each tenant's jobs held and for how long, over a sliding window.
-    `observe` is called with the active jobs at every pass; a job's run opens
-    when it is first seen holding workers and closes when it is seen no more
-    (or its size changes)."""
-
-    def __init__(self, window_s: float):
-        self.window_s = window_s
-        self._open: dict[str, _Holding] = {}
-        self._closed: list[Run] = []
-
-    def observe(self, holding: dict[str, tuple[str, Resources]], now: float) -> None:
-        for job_id, run in list(self._open.items()):
-            now_held = holding.get(job_id)
-            if now_held is None or now_held[1] != run.held:
-                self._closed.append(Run(run.tenant, run.held, run.started, now))
-                del self._open[job_id]
-        for job_id, (tenant, held) in holding.items():
-            if job_id not in self._open:
-                self._open[job_id] = _Holding(tenant, held, now)
-        horizon = now - self.window_s
-        self._closed = [run for run in self._closed if run.ended > horizon]
-
-    def typical_run_s(self, default: float) -> float:
-        """The median length of the runs that ended within the window."""
-        lengths = sorted(run.ended - run.started for run in self._closed)
-        return lengths[len(lengths) // 2] if lengths else default
-
-    def owed(self, total: Resources, now: float, expected_s: float) -> dict[str, float]:
-        """Each tenant's service for fair share, in dominant share-seconds:
-        what its runs held within the window, where a run still open is
-        charged for at least `expected_s` (a job just started will use about
-        a typical run's worth: without that charge, slots freed together all
-        go to the tenant that had least, round after round).
-
-        The `Scheduler` adds `horizon_s x share held now` itself; with its
-        horizon set to `expected_s`, this returns the rest: an open run's
-        time beyond `expected_s`."""
-        since = now - self.window_s
-        amounts: dict[str, Resources] = {}
-        for run in self._closed:
-            seconds = run.ended - max(since, run.started)
-            if seconds > 0:
-                amounts[run.tenant] = amounts.get(run.tenant, Resources()) + run.held.times(seconds)
-        for run in self._open.values():
-            seconds = now - max(since, run.started) - expected_s
-            if seconds > 0:
-                amounts[run.tenant] = amounts.get(run.tenant, Resources()) + run.held.times(seconds)
-        return {tenant: dominant_share(amount, total) for tenant, amount in amounts.items()}
 
 
 class Admission:
@@ -113,6 +53,28 @@ class Admission:
         # sizes take the engine's checks, ~0.2 ms a job: too much per pass).
         self._parsed: dict[str, tuple[JobSpec, Demand]] = {}
         self._parsed_lock = threading.Lock()
+        self._restore_history()
+
+    def _restore_history(self) -> None:
+        """What the jobs held within the fair-share window, from their events.
+        A job is taken to have held its latest size (or its smallest, when it
+        holds none now) throughout: the events do not record sizes."""
+        now = time.time()
+        since = datetime.fromtimestamp(now - self.settings.fair_share_window_s, timezone.utc)
+        jobs = self.store.jobs_changed_since(since, ACTIVE)
+        events = self.store.events_of(job.id for job in jobs)
+        for job in jobs:
+            spans = spans_holding_workers(events.get(job.id, []), ACTIVE)
+            if not spans:
+                continue
+            try:
+                demand = self._demand(job)
+            except ValueError as e:  # a spec this version no longer reads: leave it out
+                logger.warning("fair-share history: job %s left out: %s", job.id, e)
+                continue
+            held = demand.per_worker.times(job.workers or min(demand.world_sizes, default=1))
+            for started, ended in spans:
+                self.history.restore(job.id, job.tenant, held, started, ended, now)
 
     def run_pass(self) -> list[JobRecord]:
         """Decide and act once; the jobs moved to STARTING, for the caller

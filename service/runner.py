@@ -252,7 +252,8 @@ class JobRunner(threading.Thread):
         if kind == "done":
             finished = job.step >= job.spec["train"]["steps"]
             if finished and job.state in (S.RUNNING, S.SUSPENDING, S.PREEMPTING):
-                self.store.transition(self.job_id, S.SUCCEEDED,
+                # Earlier attempts' errors stay in the job's events, not on a success.
+                self.store.transition(self.job_id, S.SUCCEEDED, error=None,
                                       reason=f"all {job.step} steps done", **fields)
             elif job.state is S.SUSPENDING:
                 self.store.transition(self.job_id, S.SUSPENDED,

@@ -15,11 +15,12 @@ import math
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, Select, func, insert, select, update
+from sqlalchemy import Engine, Select, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
@@ -179,6 +180,18 @@ class JobStore:
             )
             return [job.to_record() for job in jobs]
 
+    def jobs_changed_since(self, since: datetime, states: Iterable[JobState]) -> list[JobRecord]:
+        """Every tenant's jobs in these states or changed at or after `since`:
+        with `since` the start of a window and the states that hold workers,
+        every job that may have held workers within the window."""
+        values = [JobState(s).value for s in states]
+        with self._read() as session:
+            jobs = session.scalars(
+                select(Job).where(or_(Job.state.in_(values), Job.updated_at >= since))
+                .order_by(Job.created_at, Job.id)
+            )
+            return [job.to_record() for job in jobs]
+
     def transition(
         self, job_id: str, to: JobState, *, reason: str,
         expect: JobState | Iterable[JobState] | None = None, queue_quota: str | None = None,
@@ -248,11 +261,22 @@ class JobStore:
 
     def events(self, job_id: str) -> list[EventRecord]:
         """The job's state changes, oldest first (creation included)."""
+        return self.events_of([job_id]).get(job_id, [])
+
+    def events_of(self, job_ids: Iterable[str], chunk: int = 500) -> dict[str, list[EventRecord]]:
+        """Each of these jobs' state changes, oldest first (in queries of
+        `chunk` ids, well under any database's limit on bound parameters)."""
+        ids = list(dict.fromkeys(job_ids))
+        found: dict[str, list[EventRecord]] = {}
         with self._read() as session:
-            events = session.scalars(
-                select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
-            )
-            return [event.to_record() for event in events]
+            for start in range(0, len(ids), chunk):
+                events = session.scalars(
+                    select(JobEvent).where(JobEvent.job_id.in_(ids[start:start + chunk]))
+                    .order_by(JobEvent.job_id, JobEvent.id)
+                )
+                for event in events:
+                    found.setdefault(event.job_id, []).append(event.to_record())
+        return found
 
     # -- metrics and logs -------------------------------------------------
 

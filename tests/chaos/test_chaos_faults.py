@@ -85,6 +85,7 @@ def assert_on_the_reference_curve(server, job_id, reference) -> None:
 def finish(server, probe, job_id, watch: PidWatch, reference) -> dict:
     done = wait_for(server, job_id, lambda j: j["state"] in ("SUCCEEDED", "FAILED"), every_s=0.3)
     assert done["state"] == "SUCCEEDED", done["error"]
+    assert done["error"] is None  # the faults it survived are in its events
     assert done["step"] == STEPS
     assert_on_the_reference_curve(server, job_id, reference)
     assert_nothing_left(probe, job_id, watch.pids)
