@@ -123,24 +123,27 @@ class RayNodes:
                         **FAST_HEALTH_CHECKS)
 
     def start_head(self, num_cpus: int = 0) -> RayNode:
-        node = self._spawn("head", [
-            "--head", f"--port={self.port}", f"--num-cpus={num_cpus}",
-            "--include-dashboard=false", f"--dashboard-port={free_port()}",
-        ])
-        self._wait_started(node)
-        return node
+        def args() -> list[str]:  # fresh ports on each try
+            self.port = free_port()
+            self.address = f"127.0.0.1:{self.port}"
+            return ["--head", f"--port={self.port}", f"--num-cpus={num_cpus}",
+                    "--include-dashboard=false", f"--dashboard-port={free_port()}"]
+
+        node = self._spawn("head", args())
+        self._wait_started(node, retry=args)
+        return self.nodes["head"]
 
     def add_workers(self, num_cpus: dict[str, int]) -> list[RayNode]:
         """Worker nodes {name: CPUs}, started together; each has a resource of
         its own, `brigade_{name}`."""
-        nodes = [
-            self._spawn(name, [f"--address={self.address}", f"--num-cpus={cpus}",
-                               f"--resources={json.dumps({f'brigade_{name}': 1})}"])
-            for name, cpus in num_cpus.items()
-        ]
+        def args(name: str) -> list[str]:
+            return [f"--address={self.address}", f"--num-cpus={num_cpus[name]}",
+                    f"--resources={json.dumps({f'brigade_{name}': 1})}"]
+
+        nodes = [self._spawn(name, args(name)) for name in num_cpus]
         for node in nodes:
-            self._wait_started(node)
-        return nodes
+            self._wait_started(node, retry=lambda name=node.name: args(name))
+        return [self.nodes[name] for name in num_cpus]
 
     def _spawn(self, name: str, args: list[str]) -> RayNode:
         # A temp dir per node: nodes sharing one session dir race for the same
@@ -156,14 +159,23 @@ class RayNodes:
         node = self.nodes[name] = RayNode(name, proc, log)
         return node
 
-    def _wait_started(self, node: RayNode) -> None:
-        deadline = time.monotonic() + NODE_START_TIMEOUT_S
-        while b"will now block" not in node.log.read_bytes():
-            tail = node.log.read_text(errors="replace")[-3000:]
-            assert node.alive(), f"ray node {node.name} exited:\n{tail}"
-            assert time.monotonic() < deadline, f"ray node {node.name} did not start:\n{tail}"
-            time.sleep(0.2)
-        node.remember_processes()
+    def _wait_started(self, node: RayNode, retry, tries: int = 3) -> None:
+        """Wait for the node to run; one that exits while starting (a port
+        chosen for it was taken meanwhile) is started again with `retry()`'s
+        arguments, up to `tries` times in all."""
+        for attempt in range(1, tries + 1):
+            deadline = time.monotonic() + NODE_START_TIMEOUT_S
+            while b"will now block" not in node.log.read_bytes():
+                tail = node.log.read_text(errors="replace")[-3000:]
+                if not node.alive():
+                    break
+                assert time.monotonic() < deadline, f"ray node {node.name} did not start:\n{tail}"
+                time.sleep(0.2)
+            else:
+                node.remember_processes()
+                return
+            assert attempt < tries, f"ray node {node.name} exited {tries} times:\n{tail}"
+            node = self._spawn(node.name, retry())
 
     def node_of(self, pid: int) -> str | None:
         """The name of the node whose `ray start` `pid` runs under."""
