@@ -68,11 +68,14 @@ class Admission:
             if not spans:
                 continue
             try:
-                demand = self._demand(job)
+                # Its valid sizes (the engine's checks, most of the cost) only
+                # where it holds no workers now; none of this is kept.
+                spec = JobSpec.model_validate(job.spec)
+                demand = Demand.from_spec(spec, (job.workers,) if job.workers else None)
             except ValueError as e:  # a spec this version no longer reads: leave it out
                 logger.warning("fair-share history: job %s left out: %s", job.id, e)
                 continue
-            held = demand.per_worker.times(job.workers or min(demand.world_sizes, default=1))
+            held = demand.at(min(demand.world_sizes, default=1))
             for started, ended in spans:
                 self.history.restore(job.id, job.tenant, held, started, ended, now)
 

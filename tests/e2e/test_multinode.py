@@ -113,8 +113,7 @@ class RayNodes:
 
     def __init__(self):
         self.root = Path(tempfile.mkdtemp(prefix="brg-mn-", dir="/tmp"))
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address: str | None = None  # the head's, once `start_head` has run
         self.nodes: dict[str, RayNode] = {}
         # Token auth on, with a token of its own (none need be in ~/.ray): every
         # node and every driver of this cluster gets it in RAY_AUTH_TOKEN.
@@ -124,9 +123,9 @@ class RayNodes:
 
     def start_head(self, num_cpus: int = 0) -> RayNode:
         def args() -> list[str]:  # fresh ports on each try
-            self.port = free_port()
-            self.address = f"127.0.0.1:{self.port}"
-            return ["--head", f"--port={self.port}", f"--num-cpus={num_cpus}",
+            port = free_port()
+            self.address = f"127.0.0.1:{port}"
+            return ["--head", f"--port={port}", f"--num-cpus={num_cpus}",
                     "--include-dashboard=false", f"--dashboard-port={free_port()}"]
 
         node = self._spawn("head", args())
