@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: install serve test bench
+.PHONY: install serve test lint bench
 install: $(STAMP)
 
 serve: $(STAMP)
@@ -21,6 +21,16 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# Style, likely bugs and import order (ruff), types (mypy), and who may import
+# whom (import-linter: DESIGN.md's layers; torch and ray out of the API process
+# and the CLI). All three run; the target fails if any of them did.
+lint: $(STAMP)
+	@status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/mypy || status=1; \
+	$(BIN)/lint-imports --no-logo || status=1; \
+	exit $$status
 
 # Every figure of docs/benchmarks.md and its plot (docs/*.png); ARGS=--quick for a smoke run.
 bench: $(STAMP)

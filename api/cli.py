@@ -22,6 +22,7 @@ default the admin key of a local `brigade serve`). The CLI never imports torch.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -50,8 +51,8 @@ def serve(
     from api.app import create_app
     from service.runtime import build_supervisor
 
-    given = {"host": host, "port": port, "data_dir": data_dir and str(data_dir),
-             "ray_address": ray_address}
+    given: dict[str, Any] = {"host": host, "port": port, "data_dir": data_dir and str(data_dir),
+                             "ray_address": ray_address}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
     listener = bind_listener(settings.host, settings.port)  # bound now: the URL printed is real
     admin_key, generated = settings.ensure_admin_key()

@@ -36,7 +36,9 @@ def register_job_commands(app: typer.Typer) -> None:
 
 def submit(
     spec_file: Annotated[Path, typer.Argument(help="job spec, YAML or JSON ('-': stdin)")],
-    idempotency_key: Annotated[str | None, typer.Option(help="a retry with the same key makes no second job")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="a retry with the same key makes no second job")
+    ] = None,
     url: Url = DEFAULT_URL,
     key: Key = None,
 ) -> None:
@@ -185,7 +187,7 @@ def _table(header: tuple, rows: list[tuple]) -> None:
     cells = [tuple(str(c) for c in row) for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _or_dash(value) -> str:

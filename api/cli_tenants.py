@@ -59,8 +59,8 @@ def update(tenant_id: TenantId, max_workers: MaxWorkers = None, max_gpus: MaxGpu
            max_priority: MaxPriority = None, weight: Weight = None,
            url: Url = DEFAULT_URL, key: Key = None) -> None:
     """Change a tenant's quota limits, max priority or weight; prints it as JSON."""
-    quota = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
-    quota = {**quota, **dict.fromkeys(unlimit or ())} or None
+    limits = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
+    quota = {**limits, **dict.fromkeys(unlimit or ())} or None
     with _client(url, key) as client:
         updated = client.update_tenant(tenant_id, quota, max_priority, weight)
     typer.echo(updated.model_dump_json(indent=2))

@@ -1,29 +1,42 @@
-"""`brigade train`: run one engine config straight on Ray, without the
-service: no store, no queue, one JSON line of metrics per step. A developer's
-tool for the engine; jobs for the service go through `brigade submit`."""
+"""`brigade train`: run one job spec (the YAML `brigade submit` takes)
+straight on Ray, without the service: no store, no queue, one JSON line of
+metrics per step. A developer's tool for the engine; jobs for the service go
+through `brigade submit`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 import yaml
 
+if TYPE_CHECKING:
+    from workers.spec import JobSpec
+
 
 def train(
-    config_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="engine config YAML"),
-    workers: int = typer.Option(1, "--workers", "-n", help="ranks (world size)"),
-    cpus_per_worker: float = typer.Option(1.0, help="CPUs reserved per rank"),
+    spec_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec YAML"),
+    workers: int = typer.Option(None, "--workers", "-n",
+                                help="ranks (world size); default: the spec's largest"),
+    cpus_per_worker: float = typer.Option(None, help="CPUs per rank; default: the spec's"),
     ray_address: str = typer.Option(None, envvar="BRIGADE_RAY_ADDRESS", help="an existing Ray cluster"),
 ) -> None:
-    """Run one engine config on Ray and print one JSON line of metrics per step."""
-    config = yaml.safe_load(config_file.read_text()) or {}
-    if not isinstance(config, dict):
-        typer.echo("error: the job config must be a mapping of sections", err=True)
-        raise typer.Exit(2)
+    """Run one job spec on Ray and print one JSON line of metrics per step."""
+    from pydantic import ValidationError
+
+    from workers.spec import JobSpec, explain
+
+    raw = yaml.safe_load(spec_file.read_text()) or {}
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as e:
+        typer.echo(f"error: {explain(e)}", err=True)
+        raise typer.Exit(2) from None
     _connect(ray_address)
-    raise typer.Exit(_run(config, workers, cpus_per_worker))
+    size = workers or spec.world_sizes()[0]
+    raise typer.Exit(_run(spec, size, cpus_per_worker or spec.resources_per_worker.cpu))
 
 
 def _connect(address: str | None) -> None:
@@ -36,21 +49,24 @@ def _connect(address: str | None) -> None:
         ray.init(address="local", include_dashboard=False)
 
 
-def _run(config: dict, workers: int, cpus_per_worker: float) -> int:
-    from workers.config import ConfigError
+def _run(spec: JobSpec, workers: int, cpus_per_worker: float) -> int:
     from workers.errors import WorkerGroupError
     from workers.group import WorkerGroup
+    from workers.spec import SpecError, explain
 
     try:
         with WorkerGroup(workers, cpus_per_worker=cpus_per_worker) as group:
             typer.echo(f"worker group: {workers} ranks, backend {group.backend}, "
                        f"rendezvous {group.rendezvous[0]}:{group.rendezvous[1]}", err=True)
-            run = group.start_training(config)
+            run = group.start_training(spec)
             seen = 0
             while (result := run.wait(timeout_s=1.0)) is None:
                 seen = _print_new(run.progress(), seen)
             _print_new(result[0], seen)
-    except (ConfigError, WorkerGroupError, ValueError) as e:
+    except SpecError as e:
+        typer.echo(f"error: {explain(e)}", err=True)
+        return 2
+    except (WorkerGroupError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         return 1
     return 0

@@ -35,8 +35,8 @@ from api.schemas import (
     TenantsPublic,
     WorkerPublic,
 )
-from service.spec import JobSpec
 from service.states import JobState
+from workers.spec import JobSpec
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 STREAM_READ_TIMEOUT_S = 60.0  # the server sends at least a heartbeat every 15 s
@@ -71,7 +71,7 @@ class BrigadeClient:
     # Jobs
 
     def submit(self, spec: dict | JobSpec, idempotency_key: str | None = None) -> JobPublic:
-        body = spec.model_dump(mode="json", by_alias=True) if isinstance(spec, JobSpec) else spec
+        body = spec.to_json() if isinstance(spec, JobSpec) else spec
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._call(JobPublic, "POST", "/v1/jobs", json=body, headers=headers)
 

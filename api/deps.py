@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 
 from api.errors import ApiError, not_found
 from service.store.tenants import ADMIN_TENANT
+
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 

@@ -8,7 +8,6 @@ a 500 of the same shape, and is logged.
 from __future__ import annotations
 
 import logging
-import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,8 +23,8 @@ from service.store.errors import (
     TenantExists,
     TenantNotFound,
 )
-from workers.config import ConfigError
 from workers.errors import CapacityError
+from workers.spec import SpecError
 
 log = logging.getLogger("brigade.api")
 
@@ -35,8 +34,6 @@ _TYPE_MISMATCH = frozenset({
     "int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type",
     "bool_parsing", "string_type", "list_type", "dict_type", "model_type", "model_attributes_type",
 })
-# A ConfigError's message starts with the field it is about, e.g. "model.d_model (64) must ..."
-_LEADING_FIELD = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)\b")
 
 
 class ApiError(Exception):
@@ -59,7 +56,7 @@ def error_response(status: int, message: str, field: str | None = None, headers=
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(ConfigError, _config_error)
+    app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(CapacityError, _capacity_error)
     app.add_exception_handler(IllegalTransition, _illegal_transition)
     app.add_exception_handler(JobNotFound, _job_not_found)
@@ -83,9 +80,8 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return error_response(422, message or "invalid request", errors[0][0] if errors else None)
 
 
-async def _config_error(request: Request, exc: ConfigError) -> JSONResponse:
-    match = _LEADING_FIELD.match(str(exc))
-    return error_response(422, str(exc), match.group(1) if match else None)
+async def _spec_error(request: Request, exc: SpecError) -> JSONResponse:
+    return error_response(422, str(exc), exc.field)
 
 
 async def _capacity_error(request: Request, exc: CapacityError) -> JSONResponse:
@@ -108,8 +104,8 @@ async def _quota_exceeded(request: Request, exc: QuotaExceeded) -> JSONResponse:
     """A full queue clears as jobs start: 429, try again; a job that could
     never run under the quota (or above the tenant's priority): 403."""
     if exc.retryable:
-        return error_response(429, exc.reason, "quota", headers={"Retry-After": "1"})
-    return error_response(403, exc.reason, "quota")
+        return error_response(429, exc.reason, exc.field, headers={"Retry-After": "1"})
+    return error_response(403, exc.reason, exc.field)
 
 
 async def _illegal_transition(request: Request, exc: IllegalTransition) -> JSONResponse:

@@ -1,8 +1,8 @@
 """What the REST API takes and returns: one schema family per resource.
 
 The client (`api.client`) parses responses with these same models. A job's
-request body is the control plane's own `JobSpec` (`JobCreate`), so the API
-refuses exactly what the control plane would.
+request body is the one job schema (`workers.spec.JobSpec`, as `JobCreate`),
+so the API refuses exactly what the control plane and the engine would.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.spec import MAX_PRIORITY, MAX_WORKERS, JobSpec
 from service.states import JobState
+from workers.spec import MAX_PRIORITY, MAX_WORKERS, JobSpec
 
 JobCreate = JobSpec
 
@@ -33,7 +33,7 @@ class JobPublic(_Public):
     id: str
     name: str
     state: JobState
-    spec: dict[str, Any]
+    spec: JobSpec
     priority: int = 0
     workers: int | None = None  # the current world size; None before a group is launched
     step: int = 0

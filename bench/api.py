@@ -47,14 +47,14 @@ ROUTES = ("GET /v1/jobs", "GET /v1/jobs/{id}", "POST /v1/jobs (idempotent)")
 
 def fill_store(server: BrigadeServer, jobs: int) -> list[str]:
     """`jobs` CANCELLED jobs of the admin, one of them under IDEMPOTENCY_KEY."""
-    from service.spec import JobSpec
     from service.states import JobState
     from service.store import JobStore
     from service.store.tenants import ADMIN_TENANT
+    from workers.spec import JobSpec
 
     store = JobStore(server.database_url)
     store.migrate()
-    spec = JobSpec.model_validate(SPEC).model_dump(mode="json", by_alias=True)
+    spec = JobSpec.model_validate(SPEC)
     ids = []
     try:
         for i in range(jobs):

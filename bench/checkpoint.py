@@ -54,8 +54,8 @@ def job(world_size: int) -> dict:
         "model": MODEL,
         "data": {"source": "builtin"},
         "sharding": {"strategy": "full_shard"},
-        "train": {"global_batch": 2 * world_size, "steps": 1_000_000},
-        "checkpoint": {"async_save": True, "keep_last": 1},
+        "train": {"global_batch_size": 2 * world_size, "steps": 1_000_000, "lr": 3e-3},
+        "checkpoint": {"every_steps": 0, "async": True, "keep_last": 1},
     }
 
 
@@ -198,17 +198,18 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str, reps: int, re
 def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
     import torch.distributed as dist
 
+    from checkpoints import CheckpointTarget
     from checkpoints.stateful import ModelAndOptimizer
     from workers.checkpointing import TrainerCheckpoints
-    from workers.config import CheckpointTarget, JobConfig
+    from workers.spec import JobSpec
     from workers.trainer import Trainer
 
-    config = JobConfig.from_dict(job(world_size))
-    trainer = Trainer(config)
+    spec = JobSpec.model_validate(job(world_size))
+    trainer = Trainer(spec)
     trainer.train_step()  # AdamW's state exists from here on
     target = CheckpointTarget(root=str(workdir / "ckpt"), tenant="bench", job=f"ws{world_size}",
                               secret="bench-secret")
-    tc = TrainerCheckpoints(target, config.checkpoint)
+    tc = TrainerCheckpoints(target, spec.checkpoint)
     store, ck = tc.checkpointer.store, tc.checkpointer
     phases = Phases()
     instrument(tc, phases)
@@ -387,9 +388,9 @@ def report(results: list[dict], reps: int, world_sizes: str, png: str) -> str:
             )
 
     lines += ["", "### Async save: how long the train loop is held", "",
-              "Stall: the `checkpoint_stall_s` that `TrainerCheckpoints.save(trainer, blocking=False)` reports (rank 0's "
-              "fresh-directory check, the manifest `extra`, DCP's staging copy of the state into "
-              "CPU memory); the blocking save is the same repetition's.", "",
+              "Stall: the `checkpoint_stall_s` that `TrainerCheckpoints.save(trainer, blocking=False)` "
+              "reports (rank 0's fresh-directory check, the manifest `extra`, DCP's staging copy of "
+              "the state into CPU memory); the blocking save is the same repetition's.", "",
               "| world size | blocking save | async stall | of which staging | stall / blocking "
               "| goal <= 0.1x | train step, save in flight / idle |",
               "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -18,11 +18,10 @@ import sys
 import ray
 
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
-
 from workers.comm import comm_theory_bytes
 from workers.compression import wire_bytes_per_value
-from workers.config import ModelConfig
 from workers.group import WorkerGroup
+from workers.spec import ModelSpec
 
 MODEL = {"n_layers": 4, "d_model": 128, "n_heads": 4, "seq_len": 64}
 WORLD_SIZES = (2, 3, 4)
@@ -35,7 +34,7 @@ def job(steps: int, strategy: str, compression: str = "none", prefetch: int = 0)
     return {
         "model": MODEL,
         "data": {"source": "builtin"},
-        "train": {"steps": steps, "global_batch": 12},
+        "train": {"steps": steps, "global_batch_size": 12, "lr": 3e-3},
         "sharding": {"strategy": strategy, "grad_compression": compression,
                      "prefetch_forward": prefetch, "prefetch_backward": prefetch},
     }
@@ -187,7 +186,7 @@ def add_args(parser) -> None:
 def run(args) -> Figure:
     steps = args.steps or (6 if args.quick else 10)
     sizes = tuple(int(n) for n in (args.world_sizes or ("2" if args.quick else "2,3,4")).split(","))
-    params = ModelConfig(**MODEL).num_params()
+    params = ModelSpec(**MODEL).num_params()
     ray.init(address="local", num_cpus=max(sizes), include_dashboard=False)
     try:
         results = measure(steps, sizes)

@@ -22,18 +22,18 @@ import time
 
 TINY = {
     "model": {"n_layers": 2, "d_model": 64, "n_heads": 4, "seq_len": 64},
-    "data": {"source": "builtin", "seed": 0},
-    "train": {"steps": 40, "global_batch": 16, "seed": 0},
-    "optim": {"lr": 3e-3, "warmup_steps": 5},
-    "checkpoint": {"interval_steps": 10, "keep_last": 2, "async_save": True},
+    "data": {"source": "builtin"},
+    "train": {"steps": 40, "global_batch_size": 16, "seed": 0, "lr": 3e-3, "warmup_steps": 5},
+    "checkpoint": {"every_steps": 10, "keep_last": 2, "async": True},
 }
 
 
 def run(raw: dict, checkpoint_root: str | None = None, stop_after: int | None = None,
         job: str = "gpu-check") -> tuple[str, list[dict]]:
     """Train `raw` as a world of one; (backend, metrics per step)."""
-    from workers.config import CheckpointTarget, JobConfig
+    from checkpoints import CheckpointTarget
     from workers.distributed import destroy_process_group, init_single_process
+    from workers.spec import JobSpec
     from workers.trainer import train_rank
 
     backend = init_single_process(timeout_s=120)
@@ -42,7 +42,7 @@ def run(raw: dict, checkpoint_root: str | None = None, stop_after: int | None = 
         target = CheckpointTarget(root=checkpoint_root, tenant="bench", job=job,
                                   secret="gpu-check-secret")
     try:
-        return backend, train_rank(JobConfig.from_dict(raw), checkpoint=target,
+        return backend, train_rank(JobSpec.model_validate(raw), checkpoint=target,
                                    stop_after=stop_after)
     finally:
         destroy_process_group()
@@ -111,12 +111,13 @@ def main() -> int:
     checks["bf16 mixed precision trains (final loss within 5%)"] = report["bf16_final_loss_rel"] < 0.05
 
     cpu = cpu_losses()
-    report["gpu_vs_cpu_max_rel_diff"] = max(rel(g, c) for g, c in zip(losses, cpu))
+    report["gpu_vs_cpu_max_rel_diff"] = max(rel(g, c) for g, c in zip(losses, cpu, strict=True))
     checks["GPU curve within 1e-3 of the CPU curve"] = report["gpu_vs_cpu_max_rel_diff"] < 1e-3
 
     big = {"model": {"n_layers": 8, "d_model": 1024, "n_heads": 16, "seq_len": 512,
                      "vocab_size": 256},
-           "data": {"source": "synthetic"}, "train": {"steps": 30, "global_batch": 32},
+           "data": {"source": "synthetic"},
+           "train": {"steps": 30, "global_batch_size": 32, "lr": 3e-3},
            "sharding": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}
     start = time.perf_counter()
     _, big_rows = run(big)

@@ -38,7 +38,7 @@ MB = 1e6
 
 def job(model: dict) -> dict:
     return {"model": model, "data": {"source": "builtin"}, "sharding": {"strategy": "full_shard"},
-            "train": {"global_batch": 12, "steps": 100}}
+            "train": {"global_batch_size": 12, "steps": 100, "lr": 3e-3}}
 
 
 def rss_bytes() -> int:
@@ -61,8 +61,8 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, result: str) -
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from workers.config import JobConfig
     from workers.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
+    from workers.spec import JobSpec
     from workers.trainer import Trainer
 
     init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
@@ -70,7 +70,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, result: str) -
     try:
         dist.barrier()
         rss_before = rss_bytes()
-        trainer = Trainer(JobConfig.from_dict(job(model)))
+        trainer = Trainer(JobSpec.model_validate(job(model)))
         metrics = trainer.train_step()  # AdamW's state exists from here on
         x, y = trainer.batches.next_batch()
         logits = trainer.model(x)
@@ -82,7 +82,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, result: str) -
                "engine_peak_mem_bytes": metrics.peak_mem_bytes,
                "engine_mem_theory_bytes": metrics.mem_theory_bytes,
                "num_params": trainer.num_params}
-        row["param_numel"], row["param_bytes"] = map(sum, zip(*(local_bytes(p) for p in params)))
+        row["param_numel"], row["param_bytes"] = map(sum, zip(*(local_bytes(p) for p in params), strict=True))
         row["grad_bytes"] = sum(local_bytes(p.grad)[1] for p in params if p.grad is not None)
         row["grads_missing"] = sum(p.grad is None for p in params)
         moments = step_bytes = 0
@@ -226,8 +226,8 @@ def plot(results: dict, theory: dict, params: int, path) -> str:
             color="tab:blue", label="sharded state, max rank (exact count)")
     growth = {n: [(r["maxrss"] - r["rss_before"]) / MB for r in results[n]["ranks"]] for n in ns}
     med = [statistics.median(growth[n]) for n in ns]
-    ax.errorbar(ns, med, yerr=[[m - min(growth[n]) for m, n in zip(med, ns)],
-                               [max(growth[n]) - m for m, n in zip(med, ns)]],
+    ax.errorbar(ns, med, yerr=[[m - min(growth[n]) for m, n in zip(med, ns, strict=True)],
+                               [max(growth[n]) - m for m, n in zip(med, ns, strict=True)]],
                 fmt="s", color="tab:orange", capsize=3, label="peak RSS growth (OS), ranks' range")
     ax.set_xticks(ns)
     ax.set_xlabel("world size N (full_shard)")

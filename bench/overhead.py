@@ -23,7 +23,7 @@ JOB = {
     "model": {"n_layers": 4, "d_model": 128, "n_heads": 4, "seq_len": 128},
     "data": {"source": "builtin"},
     "sharding": {"strategy": "full_shard"},
-    "train": {"global_batch": 8},
+    "train": {"global_batch_size": 8, "lr": 3e-3},
 }
 WARMUP = 5
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
@@ -89,8 +89,8 @@ def run(args) -> Figure:
     tr = f"torchrun x{args.workers}"
     rows = {name: {"sps": statistics.median(r["sps"] for r in rs),
                    "wall": statistics.median(r["wall"] for r in rs), "loss": rs[-1]["loss"],
-                   "ratio": statistics.median(r["sps"] / t["sps"] for r, t in zip(rs, runs[tr])),
-                   "per_round": [r["sps"] / t["sps"] for r, t in zip(rs, runs[tr])],
+                   "ratio": statistics.median(r["sps"] / t["sps"] for r, t in zip(rs, runs[tr], strict=True)),
+                   "per_round": [r["sps"] / t["sps"] for r, t in zip(rs, runs[tr], strict=True)],
                    "load": (min(r["load"][0] for r in rs), max(r["load"][1] for r in rs))}
             for name, rs in runs.items()}
     torchrun = rows[f"torchrun x{args.workers}"]["sps"]
@@ -99,7 +99,7 @@ def run(args) -> Figure:
     m = JOB["model"]
     lines = [
         f"The same job (GPT, {m['n_layers']} layers, d_model {m['d_model']}, seq_len "
-        f"{m['seq_len']}, global batch {JOB['train']['global_batch']}, `full_shard`, built-in "
+        f"{m['seq_len']}, global batch {JOB['train']['global_batch_size']}, `full_shard`, built-in "
         f"corpus, {steps} steps), one thread per rank, each mode in its own process tree; the "
         f"three modes run in turn, {rounds} round(s), in one run. Steps/s is 1 / median step "
         f"time after {WARMUP} warm-up "
@@ -158,7 +158,7 @@ def plot(rows: dict, torchrun: float, path) -> str:
     names = list(rows)
     sps = [rows[n]["sps"] for n in names]
     bars = ax.bar(names, sps, color=["tab:gray", "tab:blue", "tab:orange"])
-    for bar, v, n in zip(bars, sps, names):
+    for bar, v, n in zip(bars, sps, names, strict=True):
         ax.text(bar.get_x() + bar.get_width() / 2, v, f"{rows[n]['ratio']:.3f}x", ha="center",
                 va="bottom", fontsize=8)
     ax.axhline(GOAL * torchrun, color="red", ls="--", lw=1, label=f"goal: {GOAL}x torchrun")

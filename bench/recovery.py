@@ -136,8 +136,8 @@ def run(args) -> Figure:
     png = plot(rows, args.png_dir / "recovery.png") if rows else None
     s = spec(args.every)
     lines = [
-        f"`brigade serve` on 127.0.0.1 with its own local Ray head (4 logical CPUs on these 2 "
-        f"cores), `BRIGADE_POLL_INTERVAL_S=0.2`. Each kill on a fresh job: GPT "
+        "`brigade serve` on 127.0.0.1 with its own local Ray head (4 logical CPUs on these 2 "
+        "cores), `BRIGADE_POLL_INTERVAL_S=0.2`. Each kill on a fresh job: GPT "
         + ", ".join(f"{k} {v}" for k, v in s["model"].items())
         + f", 2 workers x 1 cpu, global batch {s['train']['global_batch_size']}, checkpoint every "
         f"{args.every} steps (blocking), killed once it has committed step {2 * args.every} and "
@@ -198,9 +198,9 @@ def plot(rows: list[dict], path) -> str:
                                ("first_step_s", "first step recorded", "tab:green")]:
         vals = [max(0.0, r[key]) for r in rows]
         ax.bar(xs, vals, bottom=bottom, label=label, color=colour)
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.axhline(GOAL_S, color="red", ls="--", lw=1, label=f"goal {GOAL_S:g} s")
-    for x, r in zip(xs, rows):
+    for x, r in zip(xs, rows, strict=True):
         ax.text(x, r["recovery_s"], f"{r['recovery_s']:.1f} s\nrank {r['rank']}", ha="center",
                 va="bottom", fontsize=7)
     ax.set_xticks(list(xs))

@@ -33,7 +33,8 @@ def load() -> float:
 def machine_line() -> str:
     import torch
 
-    mem_kb = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+    with open("/proc/meminfo") as f:
+        mem_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal"))
     return (f"`nproc` {os.cpu_count()}, RAM {mem_kb / 2**20:.0f} GiB, Python "
             f"{platform.python_version()}, torch {torch.__version__}, {platform.machine()}")
 

@@ -13,10 +13,11 @@ over shorter queues (a tenth, a quarter, half) for the plot docs/scheduler.png.
 from __future__ import annotations
 
 import random
-import sys
 import statistics
+import sys
 import time
 
+from bench.report import Figure, cli, load, pyplot, save_plot
 from service.scheduling import (
     Capacity,
     Demand,
@@ -28,8 +29,6 @@ from service.scheduling import (
     Scheduler,
     TenantPolicy,
 )
-
-from bench.report import Figure, cli, load, pyplot, save_plot
 
 
 def made_up(queued: int, running: int, tenants: int, seed: int = 0):

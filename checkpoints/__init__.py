@@ -14,6 +14,7 @@ from checkpoints.errors import (
 )
 from checkpoints.manifest import FileEntry, Manifest, decode_bytes, encode_bytes
 from checkpoints.store import CheckpointInfo, CheckpointStore, Rejection
+from checkpoints.target import CheckpointTarget
 
 __all__ = [
     "CheckpointError",
@@ -21,6 +22,7 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointInvalid",
     "CheckpointStore",
+    "CheckpointTarget",
     "FileEntry",
     "Manifest",
     "Rejection",

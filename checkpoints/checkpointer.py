@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
@@ -122,6 +123,9 @@ class Checkpointer:
         plain = {key: value.state_dict() if isinstance(value, Stateful) else value
                  for key, value in state_dict.items()}
         upload = dcp.async_save(plain, async_stager=self._stager, **writer_args)
+        # Staged before async_save returns (use_async_staging=False): what comes
+        # back is the upload's future, not an AsyncSaveResponse.
+        assert isinstance(upload, Future)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
         commit = self._executor.submit(self._write_and_commit, step, extra, upload.result)
@@ -162,7 +166,7 @@ class Checkpointer:
             reader = self._reader(manifest.step)
             self.group.agree(
                 f"loading step {manifest.step}",
-                lambda: dcp.load(state_dict, storage_reader=reader, **self._dist_args()),
+                partial(dcp.load, state_dict, storage_reader=reader, **self._dist_args()),
             )
             loaded = manifest
             break

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from checkpoints.errors import CheckpointInvalid, TornCheckpoint
@@ -116,7 +116,7 @@ def snapshot_extra(extra: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def encode_bytes(data: bytes) -> str:

@@ -13,6 +13,7 @@ never taken for a committed one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
@@ -200,10 +201,8 @@ class CheckpointStore:
         """Un-commit first (the manifest), then the rest."""
         manifest, directory = self.layout.manifest(step), self.layout.step(step)
         for path, recursive in ((manifest, False), (directory, True)):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(path, recursive=recursive)
-            except FileNotFoundError:
-                pass
         self.fs.invalidate_cache(self.layout.step(step))
 
     def retain(self, keep_last: int) -> list[int]:

@@ -29,7 +29,6 @@ from service.scheduling import (
 )
 from service.service_history import ServiceHistory, spans_holding_workers
 from service.settings import Settings
-from service.spec import JobSpec
 from service.states import ACTIVE, IllegalTransition
 from service.states import JobState as S
 from service.store import JobRecord, JobStore
@@ -49,9 +48,8 @@ class Admission:
         self.preemption = PreemptionPolicy()
         self.history = ServiceHistory(settings.fair_share_window_s)
         self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
-        # Per job, parsed once: its spec and what it asks for (its valid world
-        # sizes take the engine's checks, ~0.2 ms a job: too much per pass).
-        self._parsed: dict[str, tuple[JobSpec, Demand]] = {}
+        # Per job, worked out once: what it asks for (its valid world sizes).
+        self._parsed: dict[str, Demand] = {}
         self._parsed_lock = threading.Lock()
         self._restore_history()
 
@@ -67,14 +65,7 @@ class Admission:
             spans = spans_holding_workers(events.get(job.id, []), ACTIVE)
             if not spans:
                 continue
-            try:
-                # Its valid sizes (the engine's checks, most of the cost) only
-                # where it holds no workers now; none of this is kept.
-                spec = JobSpec.model_validate(job.spec)
-                demand = Demand.from_spec(spec, (job.workers,) if job.workers else None)
-            except ValueError as e:  # a spec this version no longer reads: leave it out
-                logger.warning("fair-share history: job %s left out: %s", job.id, e)
-                continue
+            demand = Demand.from_spec(job.spec, (job.workers,) if job.workers else None)
             held = demand.at(min(demand.world_sizes, default=1))
             for started, ended in spans:
                 self.history.restore(job.id, job.tenant, held, started, ended, now)
@@ -181,26 +172,25 @@ class Admission:
 
     # -- views ------------------------------------------------------------------
 
-    def _parse(self, job: JobRecord) -> tuple[JobSpec, Demand]:
+    def _parse(self, job: JobRecord) -> Demand:
         with self._parsed_lock:  # runners ask `restart_size` from their own threads
-            parsed = self._parsed.get(job.id)
-            if parsed is None:
-                spec = JobSpec.model_validate(job.spec)
-                demand = Demand.from_spec(spec)
+            demand = self._parsed.get(job.id)
+            if demand is None:
+                demand = Demand.from_spec(job.spec)
                 demand = Demand(job.priority, demand.world_sizes, demand.per_worker)
-                parsed = self._parsed[job.id] = (spec, demand)
-            return parsed
+                self._parsed[job.id] = demand
+            return demand
 
     def _demand(self, job: JobRecord, requested: int | None = None) -> Demand:
         """What the job asks for; at `requested` workers alone where a resume named them."""
-        demand = self._parse(job)[1]
+        demand = self._parse(job)
         if requested:
             demand = Demand(demand.priority, (requested,), demand.per_worker)
         return demand
 
     def grace_s(self, job: JobRecord) -> float:
         """How long the job may take to checkpoint and stop once preempted."""
-        return self._parse(job)[0].preemption_grace_s or self.settings.preemption_grace_s
+        return job.spec.preemption_grace_s or self.settings.preemption_grace_s
 
     def _queued(self, job: JobRecord) -> QueuedJob:
         return QueuedJob(job.id, job.tenant, job.created_at,

@@ -2,7 +2,7 @@
 `{data_uri_root}/tenants/{tenant}/data/`, which the service derives (the
 admin's is `tenants/admin/data/`, like any tenant's). Pure: no I/O.
 
-Refused, with a ConfigError whose message starts `data.uri` (the API's 422):
+Refused, with a `SpecError` at `data.uri` (the API's 422):
 control characters, backslashes, chained fsspec URLs (`a::b`), queries and
 fragments, `.`/`..`/empty path segments (also percent-encoded, in any case,
 and encoded again: `%2e%2e`, `%252e%252e`, `%2f`), another scheme than the
@@ -17,17 +17,17 @@ import re
 import unicodedata
 from urllib.parse import unquote
 
-from workers.config import ConfigError
+from workers.spec import SpecError
 
 MAX_DECODINGS = 4  # `%25` nested deeper than this is refused outright
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
-class DataUriRefused(ConfigError):
+class DataUriRefused(SpecError):
     """A data uri outside what the tenant may read; the message says why."""
 
     def __init__(self, reason: str):
-        super().__init__(f"data.uri {reason}")
+        super().__init__("data.uri", f"data.uri {reason}")
 
 
 def data_prefix(root: str, tenant: str) -> str:

@@ -35,11 +35,6 @@ class JobState(str, Enum):
     def is_terminal(self) -> bool:
         return self in TERMINAL
 
-    @property
-    def holds_workers(self) -> bool:
-        """Whether a job in this state may have a worker group on the cluster."""
-        return self in ACTIVE
-
 
 S = JobState
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})

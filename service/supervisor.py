@@ -14,21 +14,21 @@ from __future__ import annotations
 import logging
 import threading
 
-from checkpoints import CheckpointStore
+from checkpoints import CheckpointStore, CheckpointTarget
 from service.admission import Admission
 from service.data_access import check_data_uri
+from service.launch import group_name, launch_group, live_nodes
 from service.log_text import printable
 from service.ray_cluster import cluster_capacity
-from service.runner import JobRunner, group_name
-from service.scheduling import Demand
+from service.runner import ControlPlane, JobRunner
+from service.scheduling import Demand, RestartPolicy
 from service.settings import Settings
-from service.spec import JobSpec
 from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore
-from workers.config import CheckpointTarget, JobConfig
 from workers.errors import CapacityError, RankError, WorkerGroupError
 from workers.group import WorkerGroup
+from workers.spec import JobSpec, SpecError
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +49,12 @@ class Supervisor:
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
         if spec.data.source == "uri":
             check_data_uri(spec.data.uri, tenant, self.settings.resolved_data_uri_root)
-        spec.check_runnable()
+        for knob in spec.operator_only_set():
+            raise SpecError(knob, f"{knob} is operator-only: set by the platform's own tools "
+                                  "(an engine YAML, a benchmark), not by a job")
         self._check_fits(spec, spec.min_workers)
         job, created = self.store.create_job(
-            tenant=tenant, name=spec.name, spec=spec.model_dump(mode="json", by_alias=True),
+            tenant=tenant, name=spec.name, spec=spec,
             priority=spec.priority, idempotency_key=idempotency_key, demand=Demand.from_spec(spec),
         )
         self._wake.set()
@@ -76,9 +78,8 @@ class Supervisor:
     def resume(self, tenant: str, job_id: str, workers: int | None = None) -> JobRecord:
         job = self._job(tenant, job_id)
         if workers is not None:
-            spec = JobSpec.model_validate(job.spec)
-            JobConfig.from_dict(spec.engine_config()).validate(workers)
-            self._check_fits(spec, workers)
+            job.spec.check_world_size(workers)
+            self._check_fits(job.spec, workers)
         reason = "resumed by the user" + (f" at {workers} workers" if workers else "")
         job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
                                     requested_workers=workers, queue_quota=job.tenant)
@@ -176,7 +177,21 @@ class Supervisor:
     def _admit(self) -> None:
         """One scheduling pass (see `service.admission`): launch what it starts."""
         for job in self.admission.run_pass():
-            self._spawn(JobRunner(self, job.id))
+            self._spawn(self._runner(job.id))
+
+    def _runner(self, job_id: str, attached: WorkerGroup | None = None) -> JobRunner:
+        """A runner for the job, handed what it needs of the control plane."""
+        control = ControlPlane(
+            restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
+            grace_s=self.admission.grace_s, live_nodes=live_nodes, done=self.runner_done,
+        )
+        return JobRunner(
+            job_id, store=self.store, control=control, attached=attached,
+            launch=lambda job: launch_group(job, self.checkpoint_target(job),
+                                            pg_timeout_s=self.settings.pg_timeout_s),
+            policy=RestartPolicy(base_backoff_s=self.settings.restart_backoff_s),
+            poll_interval_s=self.settings.poll_interval_s,
+        )
 
     def _spawn(self, runner: JobRunner) -> None:
         with self._lock:
@@ -201,7 +216,7 @@ class Supervisor:
             if group is not None:
                 self.store.note(job.id, f"reconciled after a control-plane restart: "
                                         f"reattached to worker group {name}")
-                self._spawn(JobRunner(self, job.id, attached=group))
+                self._spawn(self._runner(job.id, attached=group))
                 continue
             if job.workers:
                 WorkerGroup.reclaim(name, job.workers).shutdown()
@@ -223,7 +238,7 @@ class Supervisor:
                                   reason=f"{why}; restarting from the latest checkpoint")
         else:
             self.store.note(job.id, why)
-        self._spawn(JobRunner(self, job.id))
+        self._spawn(self._runner(job.id))
 
     # -- helpers ------------------------------------------------------------------
 

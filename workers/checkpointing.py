@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from checkpoints import decode_bytes, encode_bytes
+from checkpoints import CheckpointTarget, decode_bytes, encode_bytes
 from checkpoints.checkpointer import Checkpointer, LoadResult
 from checkpoints.errors import CheckpointError
 from checkpoints.stateful import ModelAndOptimizer
-from workers.config import CheckpointConfig, CheckpointTarget
+from workers.spec import CheckpointSpec
 
 if TYPE_CHECKING:
     from workers.trainer import Trainer
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 class TrainerCheckpoints:
     """Saves and restores one rank's `Trainer`; every rank calls every method."""
 
-    def __init__(self, target: CheckpointTarget, policy: CheckpointConfig, timeout_s: float = 600.0):
+    def __init__(self, target: CheckpointTarget, policy: CheckpointSpec, timeout_s: float = 600.0):
         self.policy = policy
         self.checkpointer = Checkpointer(target.open_store(), keep_last=policy.keep_last, timeout_s=timeout_s)
         self.last_saved: int | None = None
@@ -47,7 +47,7 @@ class TrainerCheckpoints:
         return result
 
     def due(self, step: int) -> bool:
-        every = self.policy.interval_steps
+        every = self.policy.every_steps
         return every > 0 and step % every == 0 and step != self.last_saved
 
     def save(self, trainer: Trainer, *, blocking: bool) -> dict:
@@ -66,7 +66,7 @@ class TrainerCheckpoints:
         self._settle(out)  # an async save before this one may have failed
         state = {"app": ModelAndOptimizer(trainer.model, trainer.optimizer)}
         try:
-            if blocking or not self.policy.async_save:
+            if blocking or not self.policy.async_:
                 self.checkpointer.save(trainer.step, state, extra=extra_state(trainer))
             else:
                 self.checkpointer.async_save(trainer.step, state, extra=extra_state(trainer))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from workers.config import DataConfig, ModelConfig
+from workers.spec import DataSpec, ModelSpec
 
 _MASK64 = (1 << 64) - 1
 BUILTIN_CORPUS_BYTES = 1 << 20  # 1 MiB of the Python standard library's source
@@ -85,12 +85,13 @@ def read_bytes(uri: str) -> np.ndarray:
         return np.frombuffer(f.read(), dtype=np.uint8)
 
 
-def build_source(data: DataConfig, model: ModelConfig):
+def build_source(data: DataSpec, model: ModelSpec, seed: int):
     if data.source == "synthetic":
-        return SyntheticSource(data.seed, model.seq_len, model.vocab_size)
+        return SyntheticSource(seed, model.seq_len, model.vocab_size)
     if data.source == "builtin":
-        return ByteCorpusSource(builtin_corpus(), data.seed, model.seq_len, "builtin corpus")
-    return ByteCorpusSource(read_bytes(data.uri), data.seed, model.seq_len, data.uri)
+        return ByteCorpusSource(builtin_corpus(), seed, model.seq_len, "builtin corpus")
+    assert data.uri is not None  # the spec requires it with source 'uri'
+    return ByteCorpusSource(read_bytes(data.uri), seed, model.seq_len, data.uri)
 
 
 @dataclass

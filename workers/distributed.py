@@ -30,12 +30,6 @@ def pick_backend(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
-def local_device_type() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def local_device():
     """The device this process trains on: its (first visible) GPU, else the CPU."""
     import torch

@@ -2,7 +2,7 @@
 one process group among them.
 
     with WorkerGroup(2, cpus_per_worker=1) as group:   # start(): reserve, spawn, rendezvous
-        per_rank = group.train(config)                  # or start_training(config).wait(...)
+        per_rank = group.train(spec)                    # or start_training(spec).wait(...)
 
 The group owns what it creates: `shutdown()` (also on leaving `with`, and on
 any error in `start` or while training) kills every actor and removes the
@@ -17,11 +17,11 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.config import JobConfig
 from workers.errors import PlacementTimeoutError, RankFailedError, WorkerGroupError
 from workers.placement import PLACEMENT_STRATEGIES, check_capacity
 from workers.rank_actor import SIGTERM_GRACE_S, RankActor
 from workers.rank_calls import await_ranks
+from workers.spec import JobSpec
 
 PROGRESS_TIMEOUT_S = 30.0
 
@@ -126,7 +126,7 @@ class WorkerGroup:
     # -- training -----------------------------------------------------------------
 
     def start_training(
-        self, config: dict, *, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec | dict, *, checkpoint: dict | None = None, stop_after: int | None = None
     ) -> TrainingRun:
         """Start `train` on every rank and return at once; see `TrainingRun`.
         `checkpoint` (a `CheckpointTarget` as a dict) makes the ranks resume
@@ -134,17 +134,18 @@ class WorkerGroup:
         run at that step, checkpointed."""
         if not self._actors:
             raise WorkerGroupError("the worker group is not started: call start() first")
-        # Refuse a bad config here, with its own message, before any rank runs it.
-        JobConfig.from_dict(config).validate(self.num_workers)
+        # Refuse a bad spec here, with its own message, before any rank runs it.
+        spec = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
+        spec.check_world_size(self.num_workers)
         return TrainingRun(
-            self, [actor.train.remote(config, checkpoint, stop_after) for actor in self._actors]
+            self, [actor.train.remote(spec, checkpoint, stop_after) for actor in self._actors]
         )
 
     def train(
-        self, config: dict, *, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec | dict, *, checkpoint: dict | None = None, stop_after: int | None = None
     ) -> list[list[dict]]:
         """Train to the end (or `stop_after`); one metrics dict per step, per rank."""
-        return self.start_training(config, checkpoint=checkpoint, stop_after=stop_after).wait()
+        return self.start_training(spec, checkpoint=checkpoint, stop_after=stop_after).wait()
 
     @classmethod
     def attach(cls, name_prefix: str, num_workers: int, **options) -> WorkerGroup:

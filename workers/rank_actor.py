@@ -28,6 +28,7 @@ import time
 import ray
 
 from workers import distributed
+from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 SIGTERM_GRACE_S = 30.0  # from SIGTERM to a checkpointed stop, before the process exits hard
@@ -84,18 +85,18 @@ class RankActor:
         return distributed.init_process_group(rv, store)
 
     def train(
-        self, config: dict, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec, checkpoint: dict | None = None, stop_after: int | None = None
     ) -> list[dict]:
         """Train to the end of the job or `stop_after`, resuming from the
         checkpoint target's latest committed step when one is given."""
-        from workers.config import CheckpointTarget, JobConfig
+        from checkpoints import CheckpointTarget
         from workers.trainer import Trainer
 
         self._metrics, self._state, self._error = [], "running", None
         self._stop_requested = False
         try:
             target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
-            self._trainer = Trainer(JobConfig.from_dict(config), target)
+            self._trainer = Trainer(spec, target)
             result = self._trainer.run(self._record, stop_after, should_stop=self._should_stop)
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             self._state, self._error = "failed", f"{type(e).__name__}: {e}"
@@ -180,9 +181,6 @@ class RankActor:
     def progress(self, since: int = 0) -> list[dict]:
         """The steps recorded so far by the running (or last) `train`, from `since` on."""
         return self._metrics[since:]
-
-    def teardown(self) -> None:
-        distributed.destroy_process_group()
 
     def pid(self) -> int:
         return os.getpid()

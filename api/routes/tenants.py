@@ -6,7 +6,7 @@ one stops working at once; the new one is answered once)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
 
@@ -17,7 +17,9 @@ from service.store import TenantRecord
 
 _TENANT_ID = re.compile(r"^t-[0-9a-f]{1,30}$")
 
-ERRORS = {code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422, 429)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorPublic} for code in (401, 403, 404, 409, 413, 422, 429)
+}
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], responses=ERRORS,
                    dependencies=[Depends(require_admin)])
 

@@ -23,6 +23,7 @@ class QuotaDecision:
     allowed: bool
     reason: str = ""
     retryable: bool = False  # refused for now (a full queue: 429), not for good (403)
+    field: str = "quota"  # what the refusal is about, for the API's error
 
 
 class QuotaPolicy:
@@ -30,7 +31,8 @@ class QuotaPolicy:
                      demand: Demand) -> QuotaDecision:
         if demand.priority > tenant.max_priority:
             return QuotaDecision(False, f"priority {demand.priority} is above tenant "
-                                        f"{tenant.name}'s max_priority {tenant.max_priority}")
+                                        f"{tenant.name}'s max_priority {tenant.max_priority}",
+                                 field="priority")
         why = never_runs(demand, tenant)
         if why:
             return QuotaDecision(False, f"the job could never run: {why}")

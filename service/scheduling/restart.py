@@ -1,5 +1,7 @@
 """Restart after a failure: whether a job that lost its workers restarts from
-its latest checkpoint, after how long, or fails.
+its latest checkpoint, after how long, or fails. The one restart policy: the
+job runner's decisions (`service.lifecycle`) and its wait before a restart
+both read it.
 
 The rule, in order:
 
@@ -7,16 +9,21 @@ The rule, in order:
   job's fault and never uses up `max_restarts`.
 - A job whose failures keep happening on the same node (more than
   `max_same_node` in a row, the latest included) fails, naming the node: a bad
-  machine should not be retried forever.
+  machine should not be retried forever. Only on a cluster of more than one
+  node: on a single node every failure is "on the same node", and the rule
+  would stop a job sooner than `max_restarts` says.
 - A job with more failures than `max_restarts` fails.
 - Otherwise it restarts after `base_backoff_s * 2 ** (failures - 1)`,
-  capped at `max_backoff_s`.
+  capped at `max_backoff_s` (10 s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+MAX_BACKOFF_S = 10.0
+MAX_SAME_NODE = 3  # failures in a row on one node (of a multi-node cluster) before giving up
 
 
 @dataclass(frozen=True)
@@ -36,19 +43,24 @@ class RestartDecision:
 
 
 class RestartPolicy:
-    def __init__(self, base_backoff_s: float = 0.5, max_backoff_s: float = 60.0,
-                 max_same_node: int = 3):
+    def __init__(self, base_backoff_s: float = 0.5, max_backoff_s: float = MAX_BACKOFF_S,
+                 max_same_node: int = MAX_SAME_NODE):
         self.base_backoff_s, self.max_backoff_s = base_backoff_s, max_backoff_s
         self.max_same_node = max_same_node
 
-    def decide(self, failures: Sequence[Failure], preemptions: int,
-               max_restarts: int) -> RestartDecision:
-        """`failures`: every failure so far, oldest first, the latest last."""
+    def backoff_s(self, restarts: int) -> float:
+        """How long a job waits before restart number `restarts` (1, 2, ...)."""
+        return min(self.max_backoff_s, self.base_backoff_s * 2 ** max(0, restarts - 1))
+
+    def decide(self, failures: Sequence[Failure], preemptions: int, max_restarts: int,
+               *, multi_node: bool = True) -> RestartDecision:
+        """`failures`: every failure so far, oldest first, the latest last;
+        `multi_node`: whether the cluster has more than one live node."""
         if not failures:
             raise ValueError("decide() is asked after a failure: `failures` must not be empty")
         latest, count = failures[-1], len(failures)
         preempted = f"; {preemptions} preemptions not counted" if preemptions else ""
-        streak = _same_node_streak(failures)
+        streak = _same_node_streak(failures) if multi_node else 0
         if streak > self.max_same_node:
             rank = f"rank {latest.rank}" if latest.rank is not None else "a rank"
             return RestartDecision(False, 0.0, (
@@ -58,7 +70,7 @@ class RestartPolicy:
             return RestartDecision(False, 0.0, (
                 f"failed {count} times, more than max_restarts {max_restarts}{preempted}: "
                 f"{latest.error}"))
-        backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (count - 1))
+        backoff = self.backoff_s(count)
         return RestartDecision(True, backoff, (
             f"restart {count} of {max_restarts} from the latest checkpoint in {backoff:g} s"
             f"{preempted}: {latest.error}"))

@@ -93,7 +93,7 @@ class Demand:
 
     @classmethod
     def from_spec(cls, spec, world_sizes: Iterable[int] | None = None) -> Demand:
-        """From a `service.spec.JobSpec` (read, not imported); `world_sizes`
+        """From a `workers.spec.JobSpec` (read, not imported); `world_sizes`
         overrides the spec's (e.g. a resume at a requested size)."""
         res = spec.resources_per_worker
         sizes = spec.world_sizes() if world_sizes is None else world_sizes

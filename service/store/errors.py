@@ -61,6 +61,6 @@ class QuotaExceeded(RuntimeError):
     """A submit the tenant's quota refuses: for now (`retryable`: its queue is
     full; 429) or for good (the job could never run under its quota; 403)."""
 
-    def __init__(self, reason: str, *, retryable: bool):
-        self.reason, self.retryable = reason, retryable
+    def __init__(self, reason: str, *, retryable: bool, field: str = "quota"):
+        self.reason, self.retryable, self.field = reason, retryable, field
         super().__init__(reason)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from service.states import JobState
 from service.store.records import EventRecord, JobRecord, LogRecord, TenantRecord
+from workers.spec import JobSpec
 
 ID_LENGTH = 32
 TENANT_LENGTH = 128
@@ -115,7 +116,7 @@ class Job(Base):
                           "world_size": self.latest_checkpoint_world_size}
         return JobRecord(
             id=self.id, tenant=self.tenant, name=self.name, state=JobState(self.state),
-            spec=self.spec, priority=self.priority, workers=self.workers,
+            spec=JobSpec.model_validate(self.spec), priority=self.priority, workers=self.workers,
             requested_workers=self.requested_workers, step=self.step, restarts=self.restarts,
             preemptions=self.preemptions, latest_checkpoint=checkpoint, attempt=self.attempt,
             error=self.error, idempotency_key=self.idempotency_key, created_at=self.created_at,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.states import JobState
+from workers.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,7 @@ class JobRecord:
     tenant: str
     name: str
     state: JobState
-    spec: dict
+    spec: JobSpec  # the job as submitted, typed
     priority: int
     workers: int | None  # the current world size; None until a group is launched
     requested_workers: int | None  # a resume override of the spec's size

@@ -41,6 +41,7 @@ from service.store.models import (
     utcnow,
 )
 from service.store.records import EventRecord, JobRecord, LogRecord
+from workers.spec import JobSpec
 from service.store.tenants import TenantStore, tenant_policy
 
 MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
@@ -98,7 +99,7 @@ class JobStore:
     # -- jobs -------------------------------------------------------------
 
     def create_job(
-        self, *, tenant: str, name: str, spec: dict, priority: int = 0,
+        self, *, tenant: str, name: str, spec: JobSpec, priority: int = 0,
         idempotency_key: str | None = None, reason: str = "submitted",
         demand: Demand | None = None,
     ) -> tuple[JobRecord, bool]:
@@ -122,7 +123,7 @@ class JobStore:
         now = utcnow()
         job = Job(
             id=new_job_id(), tenant=tenant, name=name, state=JobState.QUEUED.value,
-            spec=copy.deepcopy(spec), priority=priority, step=0, restarts=0, preemptions=0,
+            spec=spec.to_json(), priority=priority, step=0, restarts=0, preemptions=0,
             attempt=0, idempotency_key=idempotency_key, created_at=now, updated_at=now,
         )
         try:
@@ -370,7 +371,8 @@ class JobStore:
         decision = (quota.check_queue(policy, queued) if demand is None
                     else quota.check_submit(policy, queued, demand))
         if not decision.allowed:
-            raise QuotaExceeded(decision.reason, retryable=decision.retryable)
+            raise QuotaExceeded(decision.reason, retryable=decision.retryable,
+                                field=decision.field)
         return None
 
     @staticmethod

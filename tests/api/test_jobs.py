@@ -10,7 +10,7 @@ import pytest
 
 from api.client import BrigadeError
 from api.schemas import JobPublic
-from service.spec import JobSpec
+from workers.spec import JobSpec
 from service.states import JobState
 
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
@@ -26,13 +26,13 @@ def test_submit_returns_201_and_the_queued_job(http):
     assert response.status_code == 201
     job = JobPublic.model_validate(response.json())
     assert (job.name, job.state, job.step, job.restarts) == ("tiny", JobState.QUEUED, 0, 0)
-    assert job.spec["train"]["steps"] == 5 and job.spec["model"]["n_heads"] == 4
+    assert job.spec.train.steps == 5 and job.spec.model.n_heads == 4
     assert job.created_at.tzinfo is not None and job.started_at is None
 
 
 def test_submit_takes_a_job_spec_object(client):
     job = client.submit(JobSpec.model_validate(SPEC | {"checkpoint": {"async": True}}))
-    assert job.spec["checkpoint"]["async"] is True
+    assert job.spec.checkpoint.async_ is True
 
 
 def test_a_retried_submit_returns_the_same_job(http, client):

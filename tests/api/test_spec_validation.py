@@ -82,7 +82,7 @@ MALFORMED = [
     ("lr-zero", spec("train.lr", 0), "train.lr"),
     ("lr-string", spec("train.lr", "fast"), "train.lr"),
     ("batch-zero", spec("train.global_batch_size", 0), "train.global_batch_size"),
-    ("batch-not-divisible", spec("train.global_batch_size", 3, workers=2), "train.global_batch"),
+    ("batch-not-divisible", spec("train.global_batch_size", 3, workers=2), "train.global_batch_size"),
     ("seed-negative", spec("train.seed", -1), "train.seed"),
     ("keep-last-zero", spec("checkpoint.keep_last", 0), "checkpoint.keep_last"),
     ("every-steps-negative", spec("checkpoint.every_steps", -1), "checkpoint.every_steps"),
@@ -97,15 +97,15 @@ MALFORMED = [
 ]
 
 
-def test_communication_levers_reach_the_engine_config():
-    from service.spec import JobSpec
+def test_communication_levers_reach_the_engine_as_submitted():
+    from workers.spec import JobSpec
 
     body = spec(sharding={"grad_compression": "int8", "prefetch_forward": 2, "prefetch_backward": 1})
-    sharding = JobSpec.model_validate(body).engine_config()["sharding"]
-    assert (sharding["grad_compression"], sharding["prefetch_forward"], sharding["prefetch_backward"]) == (
+    sharding = JobSpec.model_validate(body).sharding
+    assert (sharding.grad_compression, sharding.prefetch_forward, sharding.prefetch_backward) == (
         "int8", 2, 1
     )
-    assert "grad_error_feedback" not in sharding  # engine-only: on
+    assert sharding.grad_error_feedback is True  # operator-only: on unless the platform says
 
 
 @pytest.mark.parametrize("body, names", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])

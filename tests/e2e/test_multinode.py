@@ -10,6 +10,7 @@ a rank actor is a child of its node's raylet, a child of that node's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -73,10 +74,8 @@ def _kill_all(processes: list[tuple[int, int]]) -> None:
     for pid, started in processes:
         stat = _proc_stat(pid)
         if stat and stat[1] == started:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _ancestors(pid: int) -> list[int]:
@@ -195,10 +194,8 @@ class RayNodes:
             node.remember_processes()
             if node.alive():
                 node.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops its node
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     node.proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    pass
             _kill_all(node.processes)
             if node.alive():
                 node.proc.kill()
@@ -229,11 +226,9 @@ STEPS = 30
 CHECKPOINT = {"every_steps": 5, "keep_last": 2}
 REFERENCE = """\
 import json, sys
-from service.spec import JobSpec
-from workers.config import JobConfig
 from workers.local import run_single_process
-config = JobSpec.model_validate(json.loads(sys.argv[1])).engine_config()
-rows = run_single_process(JobConfig.from_dict(config))
+from workers.spec import JobSpec
+rows = run_single_process(JobSpec.model_validate(json.loads(sys.argv[1])))
 print(json.dumps({r["step"]: r["loss"] for r in rows}))
 """
 

@@ -6,8 +6,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from service.store import JobRecord
+from workers.spec import JobSpec
 
-SPEC = {"model": {"n_layers": 2}, "train": {"steps": 10}, "workers": {"min": 1, "max": 4}}
+SPEC = JobSpec.model_validate(
+    {"model": {"n_layers": 2}, "train": {"steps": 10}, "workers": {"min": 1, "max": 4}})
 NO_SUCH_JOB = "j-000000000000"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from service.data_access import DataUriRefused, check_data_uri, data_prefix
 from service.settings import Settings
-from workers.config import ConfigError
+from workers.spec import SpecError
 
 ROOT = "file:///srv/brigade/data-store"
 P = f"{ROOT}/tenants/acme/data"  # tenant acme's prefix, without its trailing slash
@@ -113,7 +113,7 @@ def test_every_escape_is_refused_naming_data_uri(uri):
     with pytest.raises(DataUriRefused) as refused:
         check_data_uri(uri, "acme", ROOT)
     assert str(refused.value).startswith("data.uri ")
-    assert isinstance(refused.value, ConfigError)  # the API answers 422
+    assert isinstance(refused.value, SpecError) and refused.value.field == "data.uri"  # a 422
 
 
 def test_the_admin_follows_the_same_rule():

@@ -304,7 +304,7 @@ def test_every_decision_is_gang_valid_within_capacity_and_quota_and_explained(
 
 
 def test_a_demand_is_read_from_a_job_spec():
-    from service.spec import JobSpec
+    from workers.spec import JobSpec
 
     spec = JobSpec.model_validate({
         "workers": {"min": 1, "max": 4}, "resources_per_worker": {"cpu": 2, "gpu": 1},

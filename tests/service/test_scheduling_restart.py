@@ -61,6 +61,18 @@ def test_failures_spread_over_nodes_keep_restarting(nodes):
     assert policy.decide(failures(*nodes), 0, 100).restart
 
 
+def test_the_default_policy_caps_the_backoff_at_ten_seconds():
+    default = RestartPolicy()
+    assert [default.backoff_s(n) for n in (0, 1, 2, 3, 4, 5, 10)] == [0.5, 0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+    assert default.decide(failures(*[None] * 9), 0, 100).backoff_s == 10.0
+
+
+def test_on_a_single_node_the_same_node_streak_does_not_count():
+    same = failures(*["n0"] * 5)
+    assert not policy.decide(same, 0, 100).restart
+    assert policy.decide(same, 0, 100, multi_node=False).restart
+
+
 def test_decide_needs_a_failure():
     with pytest.raises(ValueError):
         policy.decide([], 0, 3)

@@ -18,7 +18,7 @@ def test_create_and_get(store):
     job = submit(store, name="first", priority=5)
     assert job.id.startswith("j-") and len(job.id) == 14
     assert (job.tenant, job.name, job.state, job.priority) == ("acme", "first", S.QUEUED, 5)
-    assert job.spec == SPEC and job.spec is not SPEC
+    assert job.spec == SPEC and job.spec is not SPEC  # typed, read back from the database
     assert (job.step, job.restarts, job.preemptions, job.attempt) == (0, 0, 0, 0)
     assert job.workers is job.requested_workers is job.latest_checkpoint is job.error is None
     assert job.started_at is job.finished_at is None
@@ -75,7 +75,7 @@ def test_jobs_in_states_is_every_tenant_oldest_first(store):
 
 def test_idempotency_key_returns_the_first_job(store):
     first = submit(store, idempotency_key="k1")
-    again, created = store.create_job(tenant="acme", name="other", spec={}, idempotency_key="k1")
+    again, created = store.create_job(tenant="acme", name="other", spec=SPEC, idempotency_key="k1")
     assert (again, created) == (first, False)
     assert submit(store, tenant="globex", idempotency_key="k1").id != first.id  # per tenant
     assert submit(store).id != submit(store).id  # no key: always a new job
@@ -172,8 +172,8 @@ def test_log_lines_are_cut_and_cleaned(store):
 
 
 def test_count_by_state_spans_every_tenant(store):
-    a, _ = store.create_job(tenant="acme", name="a", spec={})
-    store.create_job(tenant="zeta", name="b", spec={})
+    a, _ = store.create_job(tenant="acme", name="a", spec=SPEC)
+    store.create_job(tenant="zeta", name="b", spec=SPEC)
     store.transition(a.id, S.CANCELLED, reason="test")
     counts = store.count_by_state()
     assert counts[S.QUEUED] == 1 and counts[S.CANCELLED] == 1

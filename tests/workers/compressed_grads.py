@@ -13,17 +13,17 @@ import torch.nn.functional as F
 
 from workers.comm import CommCounter
 from workers.compression import compress_gradients
-from workers.config import ModelConfig, ShardingConfig
+from workers.spec import ModelSpec, ShardingSpec
 from workers.models import build_model
 from workers.sharding import build_mesh, shard_model
 
-MODEL = ModelConfig(n_layers=2, d_model=32, n_heads=4, seq_len=16)
+MODEL = ModelSpec(n_layers=2, d_model=32, n_heads=4, seq_len=16)
 
 
 def sharded_grads(compression: str, strategy: str) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = build_model(MODEL)
-    cfg = ShardingConfig(strategy=strategy, grad_compression=compression)
+    cfg = ShardingSpec(strategy=strategy, grad_compression=compression)
     units = shard_model(model, cfg, build_mesh(cfg, dist.get_world_size(), "cpu"))
     compress_gradients(units, compression, CommCounter.install())
     g = torch.Generator().manual_seed(1 + dist.get_rank())  # each rank its own batch

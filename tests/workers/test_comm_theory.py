@@ -4,7 +4,7 @@ import pytest
 
 from workers.comm import comm_theory_bytes
 from workers.trainer import lr_at
-from workers.config import OptimConfig
+from workers.spec import TrainSpec
 
 S = 1_000_000
 
@@ -43,7 +43,7 @@ def test_world_of_one_moves_nothing():
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
-    cfg = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    cfg = TrainSpec(steps=20, lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
     lrs = [lr_at(s, 20, cfg) for s in range(20)]
     assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))

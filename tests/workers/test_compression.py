@@ -23,8 +23,9 @@ def job(steps: int, model: dict | None = None, **sharding) -> dict:
     return {
         "model": TINY | (model or {}),
         "data": {"source": "builtin"},
-        "train": {"steps": steps, "global_batch": 8},
+        "train": {"steps": steps, "global_batch_size": 8, "lr": 3e-3},
         "sharding": sharding,
+        "checkpoint": {"every_steps": 0, "async": True},
     }
 
 
@@ -153,7 +154,7 @@ def test_the_wrap_unit_sets_the_collective_count_not_the_losses(group, compressi
 def test_resume_with_int8_follows_the_uninterrupted_curve(group, tmp_path):
     """The documented rule: error-feedback residuals are not checkpointed; a
     resumed run starts them at zero. The curve then stays within 0.1%."""
-    config = job(30, grad_compression="int8") | {"checkpoint": {"interval_steps": 10}}
+    config = job(30, grad_compression="int8") | {"checkpoint": {"every_steps": 10, "async": True}}
     target = {"root": f"file://{tmp_path}/store", "tenant": "acme", "job": "int8",
               "secret": SECRET, "storage_options": {}}
     straight = group.train(config)[0]

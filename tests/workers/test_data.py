@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from workers.config import DataConfig, ModelConfig
+from workers.spec import DataSpec, ModelSpec
 from workers.data import RankBatches, build_source, builtin_corpus
 
-MODEL = ModelConfig(seq_len=16)
+MODEL = ModelSpec(seq_len=16)
 
 
 def global_batches(source, global_batch, world_size, steps):
@@ -21,7 +21,7 @@ def global_batches(source, global_batch, world_size, steps):
 
 @pytest.mark.parametrize("source", ["synthetic", "builtin"])
 def test_the_global_batch_is_the_same_at_every_world_size(source):
-    src = build_source(DataConfig(source=source, seed=3), MODEL)
+    src = build_source(DataSpec(source=source), MODEL, seed=3)
     reference = global_batches(src, 12, 1, 3)
     for world in (2, 3, 4):
         for (x, y), (rx, ry) in zip(global_batches(src, 12, world, 3), reference):
@@ -29,12 +29,12 @@ def test_the_global_batch_is_the_same_at_every_world_size(source):
 
 
 def test_targets_are_inputs_shifted_by_one():
-    x, y = RankBatches(build_source(DataConfig(), MODEL), 4, 0, 1).next_batch()
+    x, y = RankBatches(build_source(DataSpec(), MODEL, seed=0), 4, 0, 1).next_batch()
     assert x.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
 
 
 def test_the_cursor_resumes_the_exact_order_at_another_world_size():
-    src = build_source(DataConfig(source="builtin"), MODEL)
+    src = build_source(DataSpec(source="builtin"), MODEL, seed=0)
     straight = global_batches(src, 6, 2, 5)
     first = [RankBatches(src, 6, r, 2) for r in range(2)]
     for _ in range(2):
@@ -49,8 +49,8 @@ def test_the_cursor_resumes_the_exact_order_at_another_world_size():
 
 
 def test_seeds_change_the_order():
-    a = build_source(DataConfig(source="builtin", seed=0), MODEL).sample(0)
-    b = build_source(DataConfig(source="builtin", seed=1), MODEL).sample(0)
+    a = build_source(DataSpec(source="builtin"), MODEL, seed=0).sample(0)
+    b = build_source(DataSpec(source="builtin"), MODEL, seed=1).sample(0)
     assert not np.array_equal(a, b)
 
 
@@ -63,7 +63,7 @@ def test_builtin_corpus_is_the_stdlib_source():
 def test_file_source_reads_through_fsspec(tmp_path):
     path = tmp_path / "text.txt"
     path.write_bytes(b"hello brigade " * 50)
-    src = build_source(DataConfig(source="file", uri=f"file://{path}"), MODEL)
+    src = build_source(DataSpec(source="uri", uri=f"file://{path}"), MODEL, seed=0)
     assert bytes(src.sample(7).astype(np.uint8)) in (b"hello brigade " * 52)
 
 
@@ -71,4 +71,4 @@ def test_a_file_too_short_for_a_window_is_refused(tmp_path):
     path = tmp_path / "tiny.txt"
     path.write_bytes(b"abc")
     with pytest.raises(ValueError, match="too short for seq_len 16"):
-        build_source(DataConfig(source="file", uri=str(path)), MODEL)
+        build_source(DataSpec(source="uri", uri=str(path)), MODEL, seed=0)

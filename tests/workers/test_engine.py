@@ -7,17 +7,13 @@ import sys
 
 import pytest
 
-from workers.config import JobConfig
+from tests.workers.engine_spec import engine_job, engine_spec
 from workers.local import run_single_process
+from workers.spec import JobSpec
 
-TINY = {"data": {"source": "synthetic"}, "train": {"steps": 6, "global_batch": 12}}
 
-
-def job(**overrides) -> JobConfig:
-    raw = {k: dict(v) for k, v in TINY.items()}
-    for section, values in overrides.items():
-        raw.setdefault(section, {}).update(values)
-    return JobConfig.from_dict(raw)
+def job(**overrides) -> JobSpec:
+    return engine_job(6, **({"data": {"source": "synthetic"}} | overrides))
 
 
 def losses(metrics):
@@ -42,13 +38,13 @@ def test_metrics_carry_every_named_field(reference):
 
 def test_loss_falls_on_the_builtin_corpus():
     metrics = run_single_process(
-        job(data={"source": "builtin"}, train={"steps": 200, "global_batch": 8})
+        job(data={"source": "builtin"}, train={"steps": 200, "global_batch_size": 8})
     )
     assert metrics[-1]["loss"] < 0.7 * metrics[0]["loss"], losses(metrics)[::20]
 
 
 def test_gradient_accumulation_follows_the_same_curve(reference):
-    accumulated = run_single_process(job(train={"micro_batch": 3}))
+    accumulated = run_single_process(job(train={"micro_batch_size": 3}))
     assert losses(accumulated) == pytest.approx(losses(reference), abs=1e-5)
 
 
@@ -66,8 +62,8 @@ def test_bf16_mixed_precision_trains():
 
 
 def test_the_same_engine_runs_under_torchrun(reference, tmp_path):
-    config = tmp_path / "job.json"  # JSON is YAML
-    config.write_text(json.dumps(job().to_dict()))
+    config = tmp_path / "job.json"  # JSON is YAML: the same spec `brigade submit` takes
+    config.write_text(json.dumps(engine_spec(6, data={"source": "synthetic"})))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -81,9 +77,13 @@ def test_the_same_engine_runs_under_torchrun(reference, tmp_path):
     assert all(m["comm_bytes"] == pytest.approx(m["comm_bytes_theory"], rel=0.02) for m in metrics)
 
 
-def test_local_runner_refuses_a_bad_config_with_the_reason(tmp_path):
+def test_local_runner_refuses_a_bad_spec_naming_the_field(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text(json.dumps(engine_spec(6)))
     out = subprocess.run(
-        [sys.executable, "-m", "workers.local", "--set", "sharding.strategy=zero9"],
+        [sys.executable, "-m", "workers.local", "--config", str(config),
+         "--set", "sharding.strategy=zero9", "--set", "train.global_batch_size=7"],
         capture_output=True, text=True, timeout=60,
     )
-    assert out.returncode == 2 and "unknown strategy 'zero9'" in out.stderr
+    assert out.returncode == 2, out.stderr
+    assert "sharding.strategy: Input should be 'full_shard'" in out.stderr

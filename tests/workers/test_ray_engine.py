@@ -3,9 +3,14 @@ collectives move what the primer says they should."""
 
 import pytest
 
-from workers.config import STRATEGIES, JobConfig
+from typing import get_args
+
+from tests.workers.engine_spec import TINY_MODEL, engine_job, engine_spec
 from workers.group import WorkerGroup
 from workers.local import run_single_process
+from workers.spec import Strategy
+
+STRATEGIES = get_args(Strategy)
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -13,11 +18,8 @@ STEPS = 20
 
 
 def job(strategy: str, **sharding) -> dict:
-    return {
-        "data": {"source": "synthetic"},
-        "train": {"steps": STEPS, "global_batch": 12},
-        "sharding": {"strategy": strategy, **sharding},
-    }
+    return engine_spec(STEPS, data={"source": "synthetic"},
+                       sharding={"strategy": strategy, **sharding})
 
 
 class Groups:
@@ -51,7 +53,7 @@ def single_process():
 
     def run(strategy):
         if strategy not in cache:
-            cache[strategy] = run_single_process(JobConfig.from_dict(job(strategy)))
+            cache[strategy] = run_single_process(engine_job(**job(strategy)))
         return cache[strategy]
 
     return run
@@ -75,8 +77,8 @@ def test_losses_equal_a_single_process(groups, single_process, world_size, strat
 
 def test_the_wrap_unit_sets_the_collective_count(groups):
     group = groups.get(2)
-    one_block = group.train(job("full_shard") | {"model": {"n_layers": 4}})[0]
-    all_blocks = group.train(job("full_shard", blocks_per_unit=4) | {"model": {"n_layers": 4}})[0]
+    one_block = group.train(job("full_shard") | {"model": TINY_MODEL | {"n_layers": 4}})[0]
+    all_blocks = group.train(job("full_shard", blocks_per_unit=4) | {"model": TINY_MODEL | {"n_layers": 4}})[0]
     # Units: embedding, the blocks (4 units of one, or one of four), head, root;
     # each gathers twice (forward, backward) and reduce-scatters once a step.
     assert one_block[0]["collectives"] == 3 * (1 + 4 + 1 + 1)

@@ -5,16 +5,14 @@ import uuid
 
 import pytest
 
+from tests.workers.engine_spec import engine_spec
 from workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
 SECRET = "resume-test-secret-0123456789abcdef"
-JOB = {
-    "data": {"source": "builtin"},
-    "train": {"steps": 30, "global_batch": 12},
-    "checkpoint": {"interval_steps": 10, "keep_last": 2},
-}
+JOB = engine_spec(30, data={"source": "builtin"},
+                  checkpoint={"every_steps": 10, "keep_last": 2, "async": True})
 RESUME_SIZES = (1, 3, 4)
 
 

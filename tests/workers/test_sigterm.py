@@ -23,8 +23,8 @@ STEPS = 100
 JOB = {
     "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
     "data": {"source": "synthetic"},
-    "train": {"steps": STEPS, "global_batch": 4},
-    "checkpoint": {"interval_steps": 0, "keep_last": 2},  # only the emergency checkpoint
+    "train": {"steps": STEPS, "global_batch_size": 4, "lr": 3e-3},
+    "checkpoint": {"every_steps": 0, "keep_last": 2, "async": True},  # only the emergency checkpoint
 }
 
 

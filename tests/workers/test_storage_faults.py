@@ -13,18 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from workers.config import CheckpointTarget, JobConfig
+from checkpoints import CheckpointTarget
 from workers.distributed import destroy_process_group, init_single_process
+from workers.spec import JobSpec
 
 SECRET = "storage-fault-secret-0123456789abcdef"
 
 
-def config(async_save: bool) -> JobConfig:
-    return JobConfig.from_dict({
+def config(async_save: bool) -> JobSpec:
+    return JobSpec.model_validate({
         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
         "data": {"source": "synthetic"},
-        "train": {"steps": 30, "global_batch": 4},
-        "checkpoint": {"interval_steps": 5, "keep_last": 3, "async_save": async_save},
+        "train": {"steps": 30, "global_batch_size": 4, "lr": 3e-3},
+        "checkpoint": {"every_steps": 5, "keep_last": 3, "async": async_save},
     })
 
 

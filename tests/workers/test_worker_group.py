@@ -30,7 +30,8 @@ LOST_WITHIN_S = 60.0  # the spec: a lost rank is reported within a minute
 def tiny_job(steps: int, data: dict | None = None) -> dict:
     return {
         "model": {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32},
-        "train": {"steps": steps, "global_batch": 12},
+        "train": {"steps": steps, "global_batch_size": 12, "lr": 3e-3},
+        "checkpoint": {"every_steps": 0},
         "data": data or {"source": "synthetic"},
     }
 

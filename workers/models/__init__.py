@@ -1,4 +1,4 @@
-"""Models the engine can build, by `ModelConfig.kind`."""
+"""Models the engine can build, by `ModelSpec.family`."""
 
 from workers.models.gpt import GPT, Block
 
@@ -6,6 +6,6 @@ __all__ = ["GPT", "Block", "build_model"]
 
 
 def build_model(cfg):
-    if cfg.kind == "gpt":
+    if cfg.family == "gpt":
         return GPT(cfg)
-    raise ValueError(f"unknown model kind {cfg.kind!r}")
+    raise ValueError(f"unknown model family {cfg.family!r}")

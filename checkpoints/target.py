@@ -1,0 +1,29 @@
+"""Where a job's checkpoints live: chosen by the platform, never by the job
+(so not part of the job spec, nor of its hash). `secret` signs manifests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoints.store import CheckpointStore
+
+
+@dataclass(kw_only=True)
+class CheckpointTarget:
+    root: str
+    tenant: str
+    job: str
+    secret: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CheckpointTarget:
+        return cls(**raw)
+
+    def open_store(self) -> CheckpointStore:
+        """The job's `CheckpointStore` (torch-free: the control plane lists with it)."""
+        return CheckpointStore(
+            self.root, tenant=self.tenant, job=self.job, secret=self.secret.encode(),
+            storage_options=self.storage_options,
+        )

@@ -1,0 +1,398 @@
+"""JobRunner driven end to end without Ray: a real (SQLite) store, and a fake
+worker group per attempt that plays a script. Each test runs the runner's
+loop on the test's own thread until it lets go of the job."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.lifecycle import GroupOutcome
+from service.runner import ControlPlane, JobRunner
+from service.scheduling.restart import RestartPolicy
+from service.states import JobState as S
+from service.store import JobStore
+from workers.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
+from workers.spec import JobSpec
+
+STEPS = 10  # the job's train.steps
+EVERY = 2  # its ranks "checkpoint" every EVERY steps
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = JobStore(f"sqlite:///{tmp_path / 'brigade.db'}")
+    store.migrate()
+    yield store
+    store.dispose()
+
+
+class FakeGroup:
+    """A started worker group that plays `script`, one entry per `status()`:
+    an int (take that many steps), "done", "preempted" (after a SIGTERM), an
+    exception (raised), or a callable (something happening meanwhile, e.g.
+    the user cancels). Past its script it trains on, a step a poll; asked to
+    stop, it stops if `stops_when_asked`, else hangs."""
+
+    def __init__(self, cluster: FakeCluster, script: list, *, stops_when_asked: bool = True,
+                 start_error: WorkerGroupError | None = None):
+        self.cluster, self.script, self.stops_when_asked = cluster, list(script), stops_when_asked
+        self.start_error = start_error
+        self.node_infos = [{"node_id": f"n-{r}", "node_ip": f"10.0.0.{r}", "pid": 100 + r}
+                           for r in range(2)]
+        self.backend = "gloo"
+        self.rows: list[dict] = []
+        self.step = self.resumed_from = cluster.latest_step()
+        self.stop_requested = self.shut_down = False
+
+    def start(self) -> FakeGroup:
+        if self.start_error is not None:
+            raise self.start_error
+        return self
+
+    def start_training(self, spec: JobSpec, *, checkpoint: dict | None = None) -> None:
+        self.spec = spec
+
+    def progress(self, since: int = 0) -> list[dict]:
+        return self.rows[since:]
+
+    def status(self) -> dict:
+        if self.stop_requested and self.stops_when_asked:
+            return {"state": "done"}
+        action = self.script.pop(0) if self.script else 0 if self.stop_requested else 1
+        if callable(action):
+            action(self)
+            action = 0
+        if isinstance(action, BaseException):
+            raise action
+        if action == "preempted":
+            return {"state": "preempted", "reason": f"rank 0 (pid 100, node 10.0.0.0) got SIGTERM "
+                                                    f"(a preemption notice): checkpointed at step "
+                                                    f"{self.step} and stopped"}
+        if action == "done":
+            return {"state": "done"}
+        self.train(min(action, STEPS - self.step))
+        return {"state": "running"}
+
+    def train(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step += 1
+            row = {"step": self.step, "loss": 1.0 / self.step, "lr": 1e-3, "tokens_per_s": 100.0}
+            if self.step == self.resumed_from + 1 and self.resumed_from:
+                row["resumed_from"] = self.resumed_from
+            if self.step % EVERY == 0:
+                row["checkpoint_step"] = self.step
+                self.cluster.saved.append(self.step)
+            self.rows.append(row)
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+class FakeCluster:
+    """Everything a runner is handed, faked: for each attempt it launches, a
+    script (a list) or the error its start raises; the checkpoints the ranks
+    saved; the cluster's nodes."""
+
+    def __init__(self, *attempts: list, nodes: int = 1, grace_s: float = 60.0,
+                 restart_size=lambda job, nodes: job.workers, stops_when_asked: bool = True):
+        self.attempts, self.nodes, self.grace = list(attempts), nodes, grace_s
+        self.restart_sizes, self.stops_when_asked = restart_size, stops_when_asked
+        self.saved: list[int] = []
+        self.groups: list[FakeGroup] = []
+        self.asked_restart_size: list[set[str]] = []
+        self.ended: list[str] = []
+
+    def latest_step(self) -> int:
+        return self.saved[-1] if self.saved else 0
+
+    def launch(self, job):
+        """As `service.launch.launch_group` does: start, train, or say why not."""
+        attempt = self.attempts.pop(0)
+        failing = isinstance(attempt, WorkerGroupError)
+        group = FakeGroup(self, [] if failing else attempt, stops_when_asked=self.stops_when_asked,
+                          start_error=attempt if failing else None)
+        try:
+            group.start()
+            group.start_training(job.spec, checkpoint={"job": job.id})
+        except WorkerGroupError as e:
+            group.shutdown()
+            return GroupOutcome.start_failed(e, group.node_infos)
+        self.groups.append(group)
+        return group
+
+    def restart_size(self, job, nodes):
+        self.asked_restart_size.append(set(nodes))
+        return self.restart_sizes(job, nodes)
+
+    def control(self) -> ControlPlane:
+        return ControlPlane(
+            restart_size=self.restart_size,
+            latest_checkpoint=lambda job: ({"step": self.latest_step(), "world_size": 2}
+                                           if self.saved else None),
+            grace_s=lambda job: self.grace, live_nodes=lambda: self.nodes, done=self.ended.append,
+        )
+
+
+class Waits:
+    """A runner's `detach` that records each wait and never blocks."""
+
+    def __init__(self):
+        self.timeouts: list[float] = []
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        return False
+
+
+def submit(store: JobStore, *, state=S.STARTING, max_restarts=3, workers=2) -> str:
+    """A job as admission leaves it: STARTING, its first attempt at `workers`."""
+    spec = JobSpec.model_validate({
+        "name": "fake", "workers": {"min": 1, "max": 2}, "max_restarts": max_restarts,
+        "model": {"n_layers": 2, "d_model": 32, "n_heads": 4, "seq_len": 16},
+        "train": {"steps": STEPS, "global_batch_size": 4},
+    })
+    job, _ = store.create_job(tenant="acme", name="fake", spec=spec)
+    store.transition(job.id, S.STARTING, expect=S.QUEUED, workers=workers, attempt=1,
+                     reason="admitted at 2 workers")
+    if state is not S.STARTING:
+        store.transition(job.id, state, reason="set up by the test")
+    return job.id
+
+
+def run(store: JobStore, cluster: FakeCluster, job_id: str, *, attached=None) -> Waits:
+    runner = JobRunner(job_id, store=store, launch=cluster.launch, control=cluster.control(),
+                       policy=RestartPolicy(base_backoff_s=0.5), poll_interval_s=0.0,
+                       attached=attached)
+    runner.detach = waits = Waits()
+    runner.run()  # on this thread: returns once the runner lets go of the job
+    assert cluster.ended == [job_id]
+    assert all(group.shut_down for group in cluster.groups)
+    return waits
+
+
+def events(store: JobStore, job_id: str) -> list[tuple[str, str]]:
+    return [(e.to_state.value, e.reason) for e in store.events(job_id)][2:]  # after admission
+
+
+def to_states(store: JobStore, job_id: str) -> list[str]:
+    return [state for state, _ in events(store, job_id)]
+
+
+def user(store: JobStore, job_id: str, state: S, **fields):
+    """Something the API or the scheduler does meanwhile: the job moves to `state`."""
+    return lambda group: store.transition(job_id, state, reason=f"test: {state.value}", **fields)
+
+
+# -- to the end ------------------------------------------------------------------------
+
+
+def test_a_job_that_trains_all_its_steps_succeeds(store):
+    job_id = submit(store)
+    cluster = FakeCluster([4, 4, 2, "done"])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.step, job.restarts, job.error) == (S.SUCCEEDED, STEPS, 0, None)
+    assert job.latest_checkpoint == {"step": 10, "world_size": 2}
+    assert events(store, job_id) == [
+        ("RUNNING", "worker group of 2 ranks started (attempt 1, backend gloo)"),
+        ("SUCCEEDED", "all 10 steps done"),
+    ]
+    assert [r["step"] for r in store.metrics(job_id)] == list(range(1, STEPS + 1))
+    lines = [log.line for log in store.logs(job_id)]
+    assert lines[0] == "attempt 1: 2 ranks on 10.0.0.0, 10.0.0.1, backend gloo"
+    assert "step 10/10 loss 0.1000 lr 0.001 100 tok/s" in lines
+
+
+def test_a_lost_rank_restarts_from_the_latest_checkpoint_and_succeeds(store):
+    job_id = submit(store)
+    cluster = FakeCluster([5, RankLostError(1, "rank 1 (pid 101, node 10.0.0.1) was lost")],
+                          [10, "done"])
+    waits = run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.attempt, job.error) == (S.SUCCEEDED, 1, 2, None)
+    assert events(store, job_id)[1:3] == [
+        ("RESTARTING", "restart 1 of 3 from the latest checkpoint in 0.5 s: "
+                       "rank 1 (pid 101, node 10.0.0.1) was lost"),
+        ("STARTING", "starting attempt 2"),
+    ]
+    assert 0.5 in waits.timeouts  # the decision's backoff
+    assert cluster.asked_restart_size == [{"n-0", "n-1"}]  # where the lost attempt ran
+    first = store.metrics(job_id, since_step=5, limit=1)[0]
+    assert (first["recovered_from"], first["lost_steps"]) == ("restart", 1)  # 5 taken, 4 saved
+
+
+def test_failures_beyond_max_restarts_fail_the_job_with_the_cause(store):
+    job_id = submit(store, max_restarts=1)
+    boom = RankFailedError(0, "rank 0 failed: IsADirectoryError")
+    cluster = FakeCluster([1, boom], [1, boom])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts) == (S.FAILED, 1)
+    assert job.error == "failed 2 times, more than max_restarts 1: rank 0 failed: IsADirectoryError"
+    assert to_states(store, job_id) == ["RUNNING", "RESTARTING", "STARTING", "RUNNING", "FAILED"]
+
+
+def test_on_several_nodes_a_rank_failing_on_one_node_gives_up_before_max_restarts(store):
+    job_id = submit(store, max_restarts=10)
+    lost = RankLostError(1, "rank 1 was lost")
+    cluster = FakeCluster(*[[1, lost]] * 4, nodes=3)
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts) == (S.FAILED, 3)
+    assert job.error == ("rank 1 failed on node n-1 4 times in a row (more than 3); giving up: "
+                         "rank 1 was lost")
+
+
+def test_an_elastic_job_that_lost_a_node_restarts_smaller(store):
+    job_id = submit(store)
+    cluster = FakeCluster([3, RankLostError(1, "rank 1 was lost")], [10, "done"],
+                          restart_size=lambda job, nodes: 1)
+    run(store, cluster, job_id)
+    assert ("STARTING", "starting attempt 2 at 1 workers (was 2)") in events(store, job_id)
+    assert store.get_job(job_id).workers == 1
+
+
+def test_a_restart_that_fits_nowhere_now_goes_back_to_the_queue(store):
+    job_id = submit(store)
+    cluster = FakeCluster([3, RankLostError(1, "rank 1 was lost")],
+                          restart_size=lambda job, nodes: None)
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.workers, job.restarts) == (S.QUEUED, None, 1)
+    assert events(store, job_id)[-1] == (
+        "QUEUED", "restart: not enough free capacity for any of its sizes; requeued")
+
+
+# -- asked to stop -------------------------------------------------------------------
+
+
+def test_cancel_while_running_releases_the_workers(store):
+    job_id = submit(store)
+    cluster = FakeCluster([2, user(store, job_id, S.CANCELLING)])
+    run(store, cluster, job_id)
+    assert store.get_job(job_id).state is S.CANCELLED
+    assert events(store, job_id)[-1] == ("CANCELLED", "cancelled; workers released")
+
+
+def test_suspend_checkpoints_and_stops(store):
+    job_id = submit(store)
+    cluster = FakeCluster([4, user(store, job_id, S.SUSPENDING)])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.workers, job.step) == (S.SUSPENDED, None, 4)
+    assert events(store, job_id)[-1] == ("SUSPENDED", "checkpointed at step 4; workers released")
+    assert cluster.groups[0].stop_requested
+
+
+def test_a_preempted_job_that_stops_within_its_grace_is_requeued(store):
+    job_id = submit(store)
+    cluster = FakeCluster([4, user(store, job_id, S.PREEMPTING, preemptions=1)])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.workers, job.preemptions, job.restarts) == (S.QUEUED, None, 1, 0)
+    assert events(store, job_id)[-1] == (
+        "QUEUED", "checkpointed at step 4 and stopped: preempted, requeued")
+
+
+def test_a_preempted_job_past_its_grace_is_killed_and_requeued(store):
+    job_id = submit(store)
+    cluster = FakeCluster([3, user(store, job_id, S.PREEMPTING, preemptions=1)],
+                          grace_s=0.0, stops_when_asked=False)
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.preemptions, job.restarts) == (S.QUEUED, 1, 0)
+    assert events(store, job_id)[-1] == (
+        "QUEUED", "stopped while preempted (did not checkpoint and stop within its grace period "
+                  "of 0 s: ranks killed); requeued, resumes from checkpoint step 2")
+
+
+def test_a_sigterm_to_the_ranks_is_a_preemption_not_a_failure(store):
+    job_id = submit(store)
+    cluster = FakeCluster([4, "preempted"])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.preemptions, job.restarts) == (S.QUEUED, 1, 0)
+    notice = ("rank 0 (pid 100, node 10.0.0.0) got SIGTERM (a preemption notice): checkpointed "
+              "at step 4 and stopped")
+    assert events(store, job_id)[-2:] == [("PREEMPTING", notice),
+                                          ("QUEUED", f"{notice}: preempted, requeued")]
+
+
+# -- starting ----------------------------------------------------------------------
+
+
+def test_a_group_that_fails_to_start_restarts(store):
+    job_id = submit(store)
+    cluster = FakeCluster(WorkerGroupError("forming the process group took longer than 60s"),
+                          [10, "done"])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts) == (S.SUCCEEDED, 1)
+    assert events(store, job_id)[0] == (
+        "RESTARTING", "restart 1 of 3 from the latest checkpoint in 0.5 s: could not start: "
+                      "forming the process group took longer than 60s")
+
+
+def test_a_group_without_capacity_in_time_goes_back_to_the_queue(store):
+    job_id = submit(store)
+    cluster = FakeCluster(PlacementTimeoutError("2 bundles were not free within 60s"))
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.workers, job.restarts) == (S.QUEUED, None, 0)
+    assert events(store, job_id) == [
+        ("QUEUED", "capacity not available: 2 bundles were not free within 60s; requeued")]
+
+
+@pytest.mark.parametrize("state,to,what", [(S.PREEMPTING, S.QUEUED, "requeued"),
+                                           (S.CANCELLING, S.CANCELLED, "cancelled")])
+def test_a_job_asked_to_let_go_before_its_group_started_goes_straight_on(store, state, to, what):
+    job_id = submit(store, state=state)
+    cluster = FakeCluster()
+    run(store, cluster, job_id)
+    assert store.get_job(job_id).state is to
+    assert events(store, job_id)[-1] == (to.value, f"{what} between attempts: no workers were running")
+    assert cluster.groups == []
+
+
+# -- after a control-plane restart ------------------------------------------------------
+
+
+def test_a_runner_reattached_to_a_live_group_follows_it_to_the_end(store):
+    job_id = submit(store, state=S.RUNNING)
+    cluster = FakeCluster()
+    group = FakeGroup(cluster, [6, 4, "done"])
+    run(store, cluster, job_id, attached=group)
+    assert store.get_job(job_id).state is S.SUCCEEDED
+    assert to_states(store, job_id) == ["RUNNING", "SUCCEEDED"]  # no new attempt
+    assert group.shut_down
+
+
+def test_a_job_whose_group_is_gone_restarts_from_its_checkpoint_after_the_backoff(store):
+    job_id = submit(store, state=S.RUNNING)
+    store.transition(job_id, S.RESTARTING, reason="reconciled after a control-plane restart: "
+                                                  "worker group brigade-x-a1 is gone")
+    cluster = FakeCluster([10, "done"])
+    cluster.saved = [6]  # what the lost group had committed
+    waits = run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.attempt, job.restarts) == (S.SUCCEEDED, 2, 0)
+    assert waits.timeouts[0] == 0.5  # the policy's backoff for a restart, read on resume
+    assert ("STARTING", "starting attempt 2") in events(store, job_id)
+    assert [r["step"] for r in store.metrics(job_id)] == list(range(7, STEPS + 1))
+
+
+def test_a_bug_of_ours_fails_the_job_loudly(store):
+    job_id = submit(store)
+
+    def broken(group):
+        raise KeyError("loss")
+
+    run(store, FakeCluster([1, broken]), job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.error) == (S.FAILED, "control plane error: KeyError: 'loss'")

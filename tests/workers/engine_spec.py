@@ -1,0 +1,30 @@
+"""The engine tests' job: a tiny GPT with the engine's former defaults
+(d_model 48, seq_len 32, lr 3e-3, a global batch of 12), so world sizes 1..4
+all divide the batch and a step takes milliseconds."""
+
+from __future__ import annotations
+
+import copy
+
+from workers.spec import JobSpec
+
+TINY_MODEL = {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32, "vocab_size": 256}
+
+
+def engine_spec(steps: int = 20, **sections) -> dict:
+    """A job spec dict; each keyword updates (not replaces) its section."""
+    raw: dict = {
+        "model": dict(TINY_MODEL),
+        "train": {"steps": steps, "global_batch_size": 12, "lr": 3e-3},
+        "checkpoint": {"every_steps": 0},
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            raw.setdefault(section, {}).update(copy.deepcopy(values))
+        else:
+            raw[section] = values
+    return raw
+
+
+def engine_job(steps: int = 20, **sections) -> JobSpec:
+    return JobSpec.model_validate(engine_spec(steps, **sections))

@@ -1,0 +1,140 @@
+"""The one job schema: every refusal names its field from pydantic's own
+location, world-size checks name theirs, and the engine's derived figures
+(mesh shape, accumulation, parameter count) follow from the spec."""
+
+import pytest
+from pydantic import ValidationError
+
+from workers.spec import JobSpec, ModelSpec, ShardingSpec, SpecError, explain
+
+BASE = {"model": {"n_layers": 2, "d_model": 32, "n_heads": 4}, "train": {"steps": 3}}
+
+
+def spec(**sections) -> JobSpec:
+    return JobSpec.model_validate(BASE | sections)
+
+
+@pytest.mark.parametrize(
+    "sections, field, message",
+    [
+        ({"train": {"steps": 3, "global_batch_size": 12}, "workers": 5},
+         "train.global_batch_size", "not divisible by the world size (5)"),
+        ({"sharding": {"strategy": "zero4"}}, "sharding.strategy", "full_shard"),
+        ({"sharding": {"param_dtype": "float8"}}, "sharding.param_dtype", "bfloat16"),
+        ({"sharding": {"blocks_per_unit": 3}}, "sharding.blocks_per_unit", "1..model.n_layers (2)"),
+        ({"sharding": {"strategy": "hybrid_shard", "shard_group_size": 3}, "workers": 4,
+          "train": {"steps": 3, "global_batch_size": 12}}, "sharding.shard_group_size", "must divide"),
+        ({"sharding": {"shard_group_size": 2}}, "sharding.shard_group_size",
+         "only used with 'hybrid_shard'"),
+        ({"sharding": {"grad_compression": "int4"}}, "sharding.grad_compression", "'bf16'"),
+        ({"sharding": {"strategy": "no_shard", "grad_compression": "int8"}},
+         "sharding.grad_compression", "compresses the gradient reduce-scatter"),
+        ({"sharding": {"prefetch_forward": -1}}, "sharding.prefetch_forward", "greater than"),
+        ({"model": {"d_model": 50, "n_heads": 4}}, "model.d_model", "divisible by model.n_heads"),
+        ({"model": {"family": "bert"}}, "model.family", "'gpt'"),
+        ({"model": {"n_layers": 0}}, "model.n_layers", "greater than or equal to 1"),
+        ({"data": {"source": "web"}}, "data.source", "'builtin'"),
+        ({"data": {"source": "uri"}}, "data.uri", "data.uri is required"),
+        ({"model": {"vocab_size": 100}}, "model.vocab_size", "must be >= 256"),
+        ({"train": {"steps": 3, "global_batch_size": 12, "micro_batch_size": 4}, "workers": 2},
+         "train.micro_batch_size", "must divide the per-rank batch"),
+        ({"train": {"steps": 0}}, "train.steps", "greater than or equal to 1"),
+        ({"train": {"steps": 3, "lr": 0}}, "train.lr", "greater than 0"),
+        ({"train": {"steps": "ten"}}, "train.steps", "valid integer"),
+        ({"train": {"steps": 2.5}}, "train.steps", "fractional part"),
+        ({"sharding": {"cpu_offload": "maybe"}}, "sharding.cpu_offload", "valid boolean"),
+        ({"model": {"n_layers": None}}, "model.n_layers", "valid integer"),
+        ({"modle": {}}, "modle", "Extra inputs"),
+        ({"model": {"layers": 2}}, "model.layers", "Extra inputs"),
+        ({"train": [1, 2]}, "train", "valid dictionary"),
+    ],
+)
+def test_impossible_jobs_are_refused_at_the_field(sections, field, message):
+    with pytest.raises(ValidationError) as caught:
+        spec(**sections)
+    errors = caught.value.errors()
+    located = [e for e in errors if ".".join(str(p) for p in e["loc"]).startswith(field)]
+    assert located, errors
+    assert any(message in e["msg"] for e in located), located
+
+
+def test_a_world_size_the_job_cannot_run_at_names_the_field():
+    job = spec(train={"steps": 3, "global_batch_size": 12}, workers={"min": 1, "max": 4})
+    assert job.world_sizes() == [4, 3, 2, 1]
+    with pytest.raises(SpecError) as caught:
+        job.check_world_size(5)
+    assert caught.value.field == "train.global_batch_size"
+    assert explain(caught.value).startswith("train.global_batch_size: train.global_batch_size (12)")
+
+
+def test_elastic_sizes_keep_only_those_that_divide_the_batch():
+    job = spec(train={"steps": 3, "global_batch_size": 8}, workers={"min": 2, "max": 6})
+    assert job.world_sizes() == [4, 2]
+
+
+@pytest.mark.parametrize(
+    "strategy, world, shape",
+    [
+        ("full_shard", 4, (4,)),
+        ("shard_grad_op", 3, (3,)),
+        ("no_shard", 3, (3, 1)),
+        ("hybrid_shard", 4, (2, 2)),
+        ("hybrid_shard", 6, (2, 3)),
+        ("hybrid_shard", 3, (3, 1)),
+    ],
+)
+def test_mesh_shapes(strategy, world, shape):
+    assert ShardingSpec(strategy=strategy).mesh_shape(world) == shape
+
+
+def test_hybrid_shard_group_size_is_honoured():
+    assert ShardingSpec(strategy="hybrid_shard", shard_group_size=4).mesh_shape(8) == (2, 4)
+
+
+def test_accumulation_steps():
+    job = spec(train={"steps": 3, "global_batch_size": 24, "micro_batch_size": 2})
+    assert job.train.accumulation_steps(3) == 4
+    assert spec(train={"steps": 3, "global_batch_size": 24}).train.accumulation_steps(3) == 1
+
+
+def test_num_params_matches_the_built_model():
+    from workers.models import build_model
+
+    for cfg in (ModelSpec(), ModelSpec(n_layers=3, d_model=64, n_heads=8, seq_len=16, vocab_size=300)):
+        assert cfg.num_params() == sum(p.numel() for p in build_model(cfg).parameters())
+
+
+def test_numbers_written_as_text_are_parsed():
+    job = spec(train={"steps": "3", "eps": "1e-08", "lr": 1})
+    assert job.train.eps == 1e-8 and isinstance(job.train.lr, float) and job.train.steps == 3
+
+
+def test_the_stored_form_reads_back_equal_and_the_hash_covers_the_curve_only():
+    job = spec(checkpoint={"every_steps": 5, "async": True}, workers={"min": 1, "max": 2})
+    again = JobSpec.model_validate(job.to_json())
+    assert again == job and again.config_hash() == job.config_hash()
+    assert again.to_json()["checkpoint"]["async"] is True
+    # What does not change the loss curve does not change the hash ...
+    assert spec(checkpoint={"every_steps": 1}, workers=4, priority=7, name="x").config_hash() \
+        == spec().config_hash()
+    # ... and what does, does.
+    assert spec(train={"steps": 4}).config_hash() != spec().config_hash()
+    assert spec(train={"steps": 3, "seed": 1}).config_hash() != spec().config_hash()
+
+
+def test_operator_only_knobs_are_marked_in_the_schema():
+    assert spec().operator_only_set() == []
+    assert spec(sharding={"grad_error_feedback": True}).operator_only_set() == []  # the default
+    assert spec(sharding={"grad_error_feedback": False}).operator_only_set() == [
+        "sharding.grad_error_feedback"]
+    schema = JobSpec.model_json_schema()
+    sharding = schema["$defs"]["ShardingSpec"]["properties"]
+    assert sharding["grad_error_feedback"].get("operator_only") is True
+    assert "operator_only" not in sharding["grad_compression"]
+
+
+def test_each_default_is_the_tenants():
+    job = spec()
+    assert (job.model.d_model, job.train.lr, job.checkpoint.every_steps, job.checkpoint.async_) == (
+        32, 1e-3, 10, False)
+    assert JobSpec.model_validate({"model": {}, "train": {"steps": 1}}).model.d_model == 64

@@ -1,0 +1,327 @@
+"""A job, described once: what a tenant submits (`POST /v1/jobs`, `brigade
+submit`), what the store hands back, and what the engine reads (`brigade
+train`, `python -m workers.local`, the rank actors). Torch-free pydantic, in
+the lowest layer that both the control plane and the engine import.
+
+Every default and every allowed value is written here and nowhere else.
+Pydantic refuses unknown fields, wrong types and out-of-range values with the
+field's path; the checks that span fields (heads that do not divide the
+width, a batch that no world size in `workers` divides) raise at the field
+they are about, so every refusal names its field from pydantic's own error
+location.
+
+What depends on the world size a job gets (a resume at another size, a
+`brigade train --workers N`) is checked by `JobSpec.check_world_size(n)`,
+which raises `SpecError` naming the field.
+
+A knob marked `OPERATOR_ONLY` is for the engine's own tools (benchmarks, an
+engine YAML); the service refuses it from a tenant (`operator_only_set`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_WORKERS = 1024
+MAX_PRIORITY = 1000  # a job's priority, and a tenant's max_priority, lie in 0..MAX_PRIORITY
+DEFAULT_MAX_RESTARTS = 3
+OPERATOR_ONLY = {"operator_only": True}  # json_schema_extra of a knob a tenant may not set
+BYTE_VOCAB = 256  # builtin and uri data are bytes
+
+Strategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
+Dtype = Literal["float32", "bfloat16", "float16"]
+Compression = Literal["none", "bf16", "int8"]
+
+
+class SpecError(ValueError):
+    """A spec that cannot run as asked (e.g. at a world size); `field` is the
+    dotted path of the field it is about."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def refusal(field: str, message: str, value: Any = None) -> ValidationError:
+    """A pydantic error located at `field` (dotted, relative to the model that
+    raises it): raised inside a validator, pydantic keeps the location."""
+    loc = tuple(int(p) if p.isdigit() else p for p in field.split("."))
+    error = PydanticCustomError("spec", "{reason}", {"reason": message})
+    return ValidationError.from_exception_data(
+        "JobSpec", [InitErrorDetails(type=error, loc=loc, input=value)]
+    )
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+class WorkerRange(_Section):
+    min: Annotated[int, Field(ge=1, le=MAX_WORKERS)]
+    max: Annotated[int, Field(ge=1, le=MAX_WORKERS)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WorkerRange:
+        if self.min > self.max:
+            raise refusal("min", f"workers.min ({self.min}) must be <= workers.max ({self.max})",
+                          self.min)
+        return self
+
+
+class Resources(_Section):
+    cpu: Annotated[float, Field(gt=0, le=1024)] = 1.0
+    gpu: Annotated[float, Field(ge=0, le=64)] = 0.0
+
+
+class ModelSpec(_Section):
+    family: Literal["gpt"] = "gpt"
+    n_layers: Annotated[int, Field(ge=1, le=512)] = 2
+    d_model: Annotated[int, Field(ge=1, le=65536)] = 64
+    n_heads: Annotated[int, Field(ge=1, le=1024)] = 4
+    seq_len: Annotated[int, Field(ge=2, le=65536)] = 64
+    vocab_size: Annotated[int, Field(ge=2, le=1_048_576)] = 256
+    mlp_ratio: Annotated[int, Field(ge=1, le=64)] = 4  # the MLP's width over d_model
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelSpec:
+        if self.d_model % self.n_heads:
+            raise refusal("d_model", f"model.d_model ({self.d_model}) must be divisible by "
+                                     f"model.n_heads ({self.n_heads})", self.d_model)
+        return self
+
+    def num_params(self) -> int:
+        """Parameter count of the GPT this spec builds (kept in sync by a test)."""
+        d, v, s, L, m = self.d_model, self.vocab_size, self.seq_len, self.n_layers, self.mlp_ratio
+        block = 2 * 2 * d + 3 * d * d + d * d + 2 * m * d * d  # 2 LayerNorms, qkv, proj, mlp
+        return v * d + s * d + L * block + 2 * d + v * d  # emb, pos, blocks, ln_f, head
+
+
+class DataSpec(_Section):
+    # builtin: bytes of the standard library; synthetic: seeded progressions;
+    # uri: a byte/text file at an fsspec URI (under the tenant's data prefix)
+    source: Literal["builtin", "synthetic", "uri"] = "builtin"
+    uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+
+    @field_validator("uri")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("data.uri must not contain control characters")
+        return value
+
+    @model_validator(mode="after")
+    def _uri_with_source(self) -> DataSpec:
+        if self.source == "uri" and not self.uri:
+            raise refusal("uri", "data.uri is required when data.source is 'uri'")
+        if self.source != "uri" and self.uri:
+            raise refusal("uri", f"data.uri is only used with data.source 'uri', "
+                                 f"not {self.source!r}", self.uri)
+        return self
+
+
+class TrainSpec(_Section):
+    steps: Annotated[int, Field(ge=1, le=10_000_000)]
+    # samples per optimizer step, whatever the world size; each rank takes
+    # global_batch_size / world_size, in micro-batches (gradient accumulation)
+    global_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = 8
+    micro_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    lr: Annotated[float, Field(gt=0, le=10)] = 1e-3
+    warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine decays to lr x this
+    weight_decay: Annotated[float, Field(ge=0, le=10)] = 0.1
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    eps: Annotated[float, Field(gt=0, le=1)] = 1e-8
+    grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0  # 0: no clipping
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0  # initial weights and data order
+
+    def per_rank_batch(self, world_size: int) -> int:
+        return self.global_batch_size // world_size
+
+    def accumulation_steps(self, world_size: int) -> int:
+        per_rank = self.per_rank_batch(world_size)
+        return per_rank // (self.micro_batch_size or per_rank)
+
+
+class ShardingSpec(_Section):
+    strategy: Strategy = "full_shard"
+    param_dtype: Dtype = "float32"
+    reduce_dtype: Dtype = "float32"
+    cpu_offload: bool = False
+    activation_checkpointing: bool = False
+    blocks_per_unit: Annotated[int, Field(ge=1, le=512)] = 1  # the wrap unit, in blocks
+    # hybrid_shard only: ranks per shard group (the replicate degree is world / this);
+    # unset: world / its smallest prime factor
+    shard_group_size: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
+    # the gradient reduce-scatter's wire format (workers/compression.py)
+    grad_compression: Compression = "none"
+    # int8 only; off only to measure what the error feedback buys
+    grad_error_feedback: bool = Field(True, json_schema_extra=OPERATOR_ONLY)
+    # explicit all-gather prefetch depth in units; 0: FSDP's implicit one-ahead
+    prefetch_forward: Annotated[int, Field(ge=0, le=64)] = 0
+    prefetch_backward: Annotated[int, Field(ge=0, le=64)] = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ShardingSpec:
+        if self.shard_group_size is not None and self.strategy != "hybrid_shard":
+            raise refusal("shard_group_size", "sharding.shard_group_size is only used with "
+                                              "'hybrid_shard'", self.shard_group_size)
+        if self.grad_compression != "none" and self.strategy == "no_shard":
+            raise refusal("grad_compression", "sharding.grad_compression compresses the "
+                          "gradient reduce-scatter; 'no_shard' has none (it all-reduces)",
+                          self.grad_compression)
+        return self
+
+    def mesh_shape(self, world_size: int) -> tuple[int, ...]:
+        """(replicate, shard) for hybrid_shard and no_shard, (shard,) otherwise."""
+        if self.strategy == "no_shard":
+            return (world_size, 1)
+        if self.strategy == "hybrid_shard":
+            shard = self.shard_group_size or world_size // _smallest_prime_factor(world_size)
+            return (world_size // shard, shard)
+        return (world_size,)
+
+
+class CheckpointSpec(_Section):
+    every_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10  # 0: only when asked to stop
+    keep_last: Annotated[int, Field(ge=1, le=100)] = 3  # committed checkpoints kept
+    async_: bool = Field(False, alias="async")  # train on while shards are written
+
+
+# What determines the loss curve: the checkpoint's config hash covers these.
+CURVE_SECTIONS = ("model", "data", "train", "sharding")
+
+
+class JobSpec(_Section):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)] = "job"
+    workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | WorkerRange = 1
+    resources_per_worker: Resources = Field(default_factory=Resources)
+    priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = 0
+    model: ModelSpec
+    data: DataSpec = Field(default_factory=DataSpec)
+    train: TrainSpec
+    sharding: ShardingSpec = Field(default_factory=ShardingSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = DEFAULT_MAX_RESTARTS
+    # how the ranks spread over Ray's nodes: PACK (fewest nodes) or SPREAD (one a node where it can)
+    placement: Literal["PACK", "SPREAD"] = "PACK"
+    # once asked to give its workers back (preempted), how long the job may take to
+    # checkpoint and stop before its ranks are killed; unset: the service's setting
+    preemption_grace_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _no_bool_workers(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("workers must be an integer or {min, max}, not a boolean")
+        return value
+
+    @model_validator(mode="after")
+    def _runnable(self) -> JobSpec:
+        """The checks that span sections, and some world size in min..max
+        that can run the job."""
+        if self.data.source != "synthetic" and self.model.vocab_size < BYTE_VOCAB:
+            raise refusal("model.vocab_size", f"model.vocab_size must be >= {BYTE_VOCAB} for "
+                          f"byte-level data, got {self.model.vocab_size}", self.model.vocab_size)
+        if self.sharding.blocks_per_unit > self.model.n_layers:
+            raise refusal("sharding.blocks_per_unit", "sharding.blocks_per_unit must be in "
+                          f"1..model.n_layers ({self.model.n_layers}), got "
+                          f"{self.sharding.blocks_per_unit}", self.sharding.blocks_per_unit)
+        if not any(self.world_size_problem(n) is None
+                   for n in range(self.max_workers, self.min_workers - 1, -1)):
+            field, message = self.world_size_problem(self.min_workers) or ("workers", "")
+            raise refusal(field, message)
+        return self
+
+    # -- sizes ------------------------------------------------------------------
+
+    @property
+    def min_workers(self) -> int:
+        return self.workers if isinstance(self.workers, int) else self.workers.min
+
+    @property
+    def max_workers(self) -> int:
+        return self.workers if isinstance(self.workers, int) else self.workers.max
+
+    def world_size_problem(self, world_size: int) -> tuple[str, str] | None:
+        """(field, why) this job cannot run at `world_size`; None if it can."""
+        t = self.train
+        if world_size < 1:
+            return "workers", f"the world size must be >= 1, got {world_size}"
+        if t.global_batch_size % world_size:
+            return "train.global_batch_size", (
+                f"train.global_batch_size ({t.global_batch_size}) is not divisible by the world "
+                f"size ({world_size}): each rank must take global_batch_size / world_size samples")
+        per_rank = t.global_batch_size // world_size
+        if t.micro_batch_size is not None and per_rank % t.micro_batch_size:
+            return "train.micro_batch_size", (
+                f"train.micro_batch_size ({t.micro_batch_size}) must divide the per-rank batch "
+                f"({per_rank} = {t.global_batch_size} / {world_size})")
+        group = self.sharding.shard_group_size
+        if group is not None and world_size % group:
+            return "sharding.shard_group_size", (
+                f"sharding.shard_group_size ({group}) must divide the world size ({world_size})")
+        return None
+
+    def check_world_size(self, world_size: int) -> JobSpec:
+        """Raise `SpecError` naming the field unless the job runs at `world_size`."""
+        problem = self.world_size_problem(world_size)
+        if problem is not None:
+            raise SpecError(*problem)
+        return self
+
+    def world_sizes(self) -> list[int]:
+        """The world sizes this job may run at, largest first."""
+        return [n for n in range(self.max_workers, self.min_workers - 1, -1)
+                if self.world_size_problem(n) is None]
+
+    # -- as stored and as hashed ---------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as the store keeps it and the API shows it (every default spelled out)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def config_hash(self) -> str:
+        """A stable hash of what determines the loss curve (not the world
+        size, not the checkpoint policy, not scheduling)."""
+        curve = self.model_dump(mode="json", include=set(CURVE_SECTIONS))
+        return hashlib.sha256(json.dumps(curve, sort_keys=True).encode()).hexdigest()
+
+    def operator_only_set(self) -> list[str]:
+        """The operator-only knobs this spec sets to other than their
+        defaults (dotted paths): a spec read back and sent again passes."""
+        return _operator_only_set(self, "")
+
+
+def explain(error: ValidationError | SpecError) -> str:
+    """A refusal as one line, each problem led by its field (for the CLIs)."""
+    if isinstance(error, SpecError):
+        return f"{error.field}: {error}"
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
+                     for e in error.errors())
+
+
+def _operator_only_set(model: BaseModel, prefix: str) -> list[str]:
+    found = []
+    for name in sorted(model.model_fields_set):
+        info = type(model).model_fields[name]
+        value = getattr(model, name)
+        if info.json_schema_extra == OPERATOR_ONLY:
+            if value != info.default:
+                found.append(prefix + name)
+        elif isinstance(value, BaseModel):
+            found += _operator_only_set(value, f"{prefix}{name}.")
+    return found
+
+
+def _smallest_prime_factor(n: int) -> int:
+    for p in range(2, int(n**0.5) + 1):
+        if n % p == 0:
+            return p
+    return n
