@@ -24,10 +24,11 @@ test: $(STAMP)
 
 # Style, likely bugs and import order (ruff), types (mypy), and who may import
 # whom (import-linter: DESIGN.md's layers; torch and ray out of the API process
-# and the CLI). All three run; the target fails if any of them did.
+# and the CLI). All three run; the target fails if any of them did. Ruff's scope
+# (api, service, workers, checkpoints, tools) is `include` in pyproject.toml's [tool.ruff].
 lint: $(STAMP)
 	@status=0; \
-	$(BIN)/ruff check . || status=1; \
+	$(BIN)/ruff check || status=1; \
 	$(BIN)/mypy || status=1; \
 	$(BIN)/lint-imports --no-logo || status=1; \
 	exit $$status

@@ -11,13 +11,14 @@ import typer
 from api.cli_jobs import Key, Url, _client, _table, _when
 from api.client import DEFAULT_URL
 from api.schemas import TenantKey
+from workers.spec import MAX_PRIORITY
 
 TenantId = Annotated[str, typer.Argument(help="a tenant id (see `brigade tenants list`)")]
 MaxWorkers = Annotated[int | None, typer.Option(min=0, help="workers it may run at once")]
 MaxGpus = Annotated[float | None, typer.Option(min=0, help="gpus it may hold at once")]
 MaxRunning = Annotated[int | None, typer.Option(min=0, help="jobs it may run at once")]
 MaxQueued = Annotated[int | None, typer.Option(min=0, help="jobs it may have queued")]
-MaxPriority = Annotated[int | None, typer.Option(min=0, max=1000, help="highest job priority")]
+MaxPriority = Annotated[int | None, typer.Option(min=0, max=MAX_PRIORITY, help="highest job priority")]
 Weight = Annotated[float | None, typer.Option(min=0, help="its fair-share weight (> 0)")]
 
 tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (the admin key only).")

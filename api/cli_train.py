@@ -56,8 +56,10 @@ def _run(spec: JobSpec, workers: int, cpus_per_worker: float) -> int:
 
     try:
         with WorkerGroup(workers, cpus_per_worker=cpus_per_worker) as group:
+            assert group.rendezvous is not None  # entering the group started it: ranks have met
+            addr, port = group.rendezvous
             typer.echo(f"worker group: {workers} ranks, backend {group.backend}, "
-                       f"rendezvous {group.rendezvous[0]}:{group.rendezvous[1]}", err=True)
+                       f"rendezvous {addr}:{port}", err=True)
             run = group.start_training(spec)
             seen = 0
             while (result := run.wait(timeout_s=1.0)) is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -139,7 +139,7 @@ class BrigadeClient:
 
     def _stream_once(self, job_id: str, after_id: int) -> Iterator[LogLine | JobProgress]:
         timeout = httpx.Timeout(self._http.timeout.connect, read=STREAM_READ_TIMEOUT_S)
-        params = {"follow": "true", "after_id": after_id}
+        params: dict[str, str | int] = {"follow": "true", "after_id": after_id}
         with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=timeout) as r:
             if not r.is_success:
                 r.read()
@@ -201,7 +201,9 @@ class BrigadeClient:
         return response
 
 
-_adapter = functools.cache(TypeAdapter)  # one validator per response type
+# One validator per response type, keyed by the type form (a class, or an alias
+# such as list[LogLine]): `object`, since mypy does not take type[...] as Hashable.
+_adapter: Callable[[object], TypeAdapter[Any]] = functools.cache(TypeAdapter)
 
 
 def _given(**fields) -> dict:
@@ -218,7 +220,8 @@ def _error(response: httpx.Response) -> BrigadeError:
 
 def _server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     """(event, data) for each event of a text/event-stream; comments skipped."""
-    kind, data = "message", []
+    kind = "message"
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:

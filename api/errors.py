@@ -8,6 +8,7 @@ a 500 of the same shape, and is logged.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,18 +55,20 @@ def error_response(status: int, message: str, field: str | None = None, headers=
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(SpecError, _spec_error)
-    app.add_exception_handler(CapacityError, _capacity_error)
-    app.add_exception_handler(IllegalTransition, _illegal_transition)
-    app.add_exception_handler(JobNotFound, _job_not_found)
-    app.add_exception_handler(TenantNotFound, _tenant_not_found)
-    app.add_exception_handler(QuotaExceeded, _quota_exceeded)
-    app.add_exception_handler(TenantExists, _tenant_conflict)
-    app.add_exception_handler(TenantBusy, _tenant_conflict)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
+    # `exception_handler(cls)(handler)` is `add_exception_handler(cls, handler)`, typed
+    # for a handler of `cls` alone (Starlette's own signature wants one of any Exception).
+    app.exception_handler(ApiError)(_api_error)
+    app.exception_handler(RequestValidationError)(_validation_error)
+    app.exception_handler(SpecError)(_spec_error)
+    app.exception_handler(CapacityError)(_capacity_error)
+    app.exception_handler(IllegalTransition)(_illegal_transition)
+    app.exception_handler(JobNotFound)(_job_not_found)
+    app.exception_handler(TenantNotFound)(_tenant_not_found)
+    app.exception_handler(QuotaExceeded)(_quota_exceeded)
+    app.exception_handler(TenantExists)(_tenant_conflict)
+    app.exception_handler(TenantBusy)(_tenant_conflict)
+    app.exception_handler(HTTPException)(_http_error)
+    app.exception_handler(Exception)(_unexpected)
 
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -152,7 +155,7 @@ def _describe(error: dict) -> tuple[str, str]:
     return field, f"{field}: {msg}"
 
 
-def _without_union_noise(errors: list[dict]) -> list[dict]:
+def _without_union_noise(errors: Sequence[dict]) -> list[dict]:
     """pydantic reports every member of a union it tried (`workers`: an int,
     or {min, max}); where one member got past the type check, the others'
     type mismatches only blur the message."""

@@ -8,7 +8,7 @@ so the API refuses exactly what the control plane and the engine would.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -1,10 +1,5 @@
-"""Control plane: settings, job spec, store, state machine, supervisor.
+"""Control plane: settings, store, state machine, scheduling, supervisor.
 
-Ray's token auth stays on when the control plane joins a cluster: Ray reads
-RAY_AUTH_MODE once, when it is first imported, so it is set here, before any
-module of ours imports ray (an explicit setting in the environment wins).
+Importing it changes nothing in the caller's environment: Ray's token auth
+is set where Brigade starts or joins Ray (`service.ray_cluster`).
 """
-
-import os
-
-os.environ.setdefault("RAY_AUTH_MODE", "token")

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Set
+from datetime import UTC, datetime
 
 from service.ray_cluster import cluster_capacity, lost_nodes
 from service.scheduling import (
@@ -58,7 +59,7 @@ class Admission:
         A job is taken to have held its latest size (or its smallest, when it
         holds none now) throughout: the events do not record sizes."""
         now = time.time()
-        since = datetime.fromtimestamp(now - self.settings.fair_share_window_s, timezone.utc)
+        since = datetime.fromtimestamp(now - self.settings.fair_share_window_s, UTC)
         jobs = self.store.jobs_changed_since(since, ACTIVE)
         events = self.store.events_of(job.id for job in jobs)
         for job in jobs:
@@ -96,7 +97,7 @@ class Admission:
         self._forget({job.id for job in active + queued_records})
         return started
 
-    def restart_size(self, job: JobRecord, nodes: set[str] = frozenset()) -> int | None:
+    def restart_size(self, job: JobRecord, nodes: Set[str] = frozenset()) -> int | None:
         """The world size a job that lost its workers restarts at: the
         largest of its valid sizes, no larger than it ran at, that fits what
         the cluster has now beside the other active jobs (a lost node shrinks

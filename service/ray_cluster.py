@@ -29,8 +29,26 @@ START_TIMEOUT_S = 60.0
 START_ATTEMPTS = 3  # a head that exits while starting (a port taken meanwhile) is tried again
 
 
+AUTH_MODE = "RAY_AUTH_MODE"
+
+
 def connect(address: str) -> None:
+    """Join the cluster at `address` as this process's driver, with token
+    auth on (an explicit RAY_AUTH_MODE in the environment wins)."""
+    _token_auth()
     ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+
+
+def _token_auth() -> None:
+    """Token auth for this process, unless its environment says otherwise.
+    Ray reads RAY_AUTH_MODE into its config when it is imported, so a mode
+    set later takes a refresh of that config (what Ray itself does when it
+    turns token auth on for a cluster it starts)."""
+    if os.environ.get(AUTH_MODE) is None:
+        os.environ[AUTH_MODE] = "token"
+        from ray._raylet import Config  # type: ignore[attr-defined]  # ray's _raylet.pyi omits Config
+
+        Config.initialize("")
 
 
 class LocalRayCluster:
@@ -88,6 +106,7 @@ class LocalRayCluster:
             start = log.tell()
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, AUTH_MODE: os.environ.get(AUTH_MODE, "token")},
                 start_new_session=True,  # outlives this process, and is its own group
             )
         address = f"{LOOPBACK}:{port}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
-from service.scheduling import Resources, Run
+from service.scheduling import Resources
 from service.scheduling.fair_share import dominant_share
 from service.states import JobState
 from service.store.records import EventRecord
@@ -26,6 +26,13 @@ class _Holding:
     started: float
 
 
+@dataclass
+class _Ran(_Holding):
+    """A closed run: it held `held` from `started` until `ended`."""
+
+    ended: float
+
+
 class ServiceHistory:
     """What each tenant's jobs held and for how long, over a sliding window.
     `observe` is called with the active jobs at every pass; a job's run opens
@@ -35,13 +42,13 @@ class ServiceHistory:
     def __init__(self, window_s: float):
         self.window_s = window_s
         self._open: dict[str, _Holding] = {}
-        self._closed: list[Run] = []
+        self._closed: list[_Ran] = []
 
     def observe(self, holding: dict[str, tuple[str, Resources]], now: float) -> None:
         for job_id, run in list(self._open.items()):
             now_held = holding.get(job_id)
             if now_held is None or now_held[1] != run.held:
-                self._closed.append(Run(run.tenant, run.held, run.started, now))
+                self._closed.append(_Ran(run.tenant, run.held, run.started, now))
                 del self._open[job_id]
         for job_id, (tenant, held) in holding.items():
             if job_id not in self._open:
@@ -56,7 +63,7 @@ class ServiceHistory:
         if ended is None:
             self._open[job_id] = _Holding(tenant, held, started)
         elif ended > now - self.window_s:
-            self._closed.append(Run(tenant, held, started, ended))
+            self._closed.append(_Ran(tenant, held, started, ended))
 
     def typical_run_s(self, default: float) -> float:
         """The median length of the runs that ended within the window."""
@@ -79,10 +86,10 @@ class ServiceHistory:
             seconds = run.ended - max(since, run.started)
             if seconds > 0:
                 amounts[run.tenant] = amounts.get(run.tenant, Resources()) + run.held.times(seconds)
-        for run in self._open.values():
-            seconds = now - max(since, run.started) - expected_s
+        for opened in self._open.values():
+            seconds = now - max(since, opened.started) - expected_s
             if seconds > 0:
-                amounts[run.tenant] = amounts.get(run.tenant, Resources()) + run.held.times(seconds)
+                amounts[opened.tenant] = amounts.get(opened.tenant, Resources()) + opened.held.times(seconds)
         return {tenant: dominant_share(amount, total) for tenant, amount in amounts.items()}
 
 

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch.distributed as dist
 
@@ -108,7 +109,8 @@ class CommCounter:
         import importlib
 
         if cls._installed is None:
-            module = importlib.import_module(_FSDP_COLLECTIVES_MODULE)
+            # Any: its `dist` global is replaced below, which ModuleType's typing does not allow.
+            module: Any = importlib.import_module(_FSDP_COLLECTIVES_MODULE)
             if getattr(module, "dist", None) is not dist:
                 raise RuntimeError(
                     f"{_FSDP_COLLECTIVES_MODULE} no longer calls torch.distributed as 'dist'; "

@@ -58,8 +58,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 from workers.comm import CommCounter
@@ -134,7 +133,9 @@ class CompressedReduceScatter(ReduceScatter):
         self.residual: torch.Tensor | None = None
         self._blocks: tuple[torch.Tensor, int] | None = None
 
-    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def allocate(
+        self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(
@@ -196,7 +197,7 @@ class CompressedReduceScatter(ReduceScatter):
 
 
 def compress_gradients(
-    units: list[nn.Module], compression: str, counter: CommCounter, *, error_feedback: bool = True
+    units: list[FSDPModule], compression: str, counter: CommCounter, *, error_feedback: bool = True
 ) -> list[CompressedReduceScatter]:
     """Give every FSDP unit a compressed reduce-scatter (none: leave FSDP's)."""
     if compression == "none":
@@ -212,7 +213,7 @@ def compress_gradients(
     return hooks
 
 
-def _row_segments(unit: nn.Module) -> list[int]:
+def _row_segments(unit: FSDPModule) -> list[int]:
     """How many values of each of the unit's parameters one reduce-scatter row
     holds, in FSDP's order (its padded shard: dim-0 sharding)."""
     state = unit._get_fsdp_state()

@@ -12,6 +12,7 @@ import functools
 import os
 import sysconfig
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -28,6 +29,12 @@ def mix64(seed: int, index: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return z ^ (z >> 31)
+
+
+class SampleSource(Protocol):
+    """What `RankBatches` draws from: sample `index`, seq_len+1 token ids."""
+
+    def sample(self, index: int) -> np.ndarray: ...
 
 
 class SyntheticSource:
@@ -85,7 +92,7 @@ def read_bytes(uri: str) -> np.ndarray:
         return np.frombuffer(f.read(), dtype=np.uint8)
 
 
-def build_source(data: DataSpec, model: ModelSpec, seed: int):
+def build_source(data: DataSpec, model: ModelSpec, seed: int) -> SampleSource:
     if data.source == "synthetic":
         return SyntheticSource(seed, model.seq_len, model.vocab_size)
     if data.source == "builtin":
@@ -98,7 +105,7 @@ def build_source(data: DataSpec, model: ModelSpec, seed: int):
 class RankBatches:
     """This rank's share of each global batch, and the resumable cursor."""
 
-    source: object
+    source: SampleSource
     global_batch: int
     rank: int
     world_size: int

@@ -13,6 +13,8 @@ timeout, so they are killed rather than joined.
 
 from __future__ import annotations
 
+from typing import overload
+
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -250,6 +252,7 @@ class WorkerGroup:
             )
 
     def _spawn(self) -> None:
+        assert self._pg is not None, "start() reserves the bundles before it spawns"
         threads = max(1, int(self.cpus_per_worker))
         for rank in range(self.num_workers):
             actor = _RemoteRankActor.options(
@@ -306,6 +309,10 @@ class TrainingRun:
         self._refs = refs
         self._steps: list[dict] = []  # rank 0's metrics fetched so far
 
+    @overload
+    def wait(self, timeout_s: None = None) -> list[list[dict]]: ...
+    @overload
+    def wait(self, timeout_s: float) -> list[list[dict]] | None: ...
     def wait(self, timeout_s: float | None = None) -> list[list[dict]] | None:
         """Per-rank metrics once every rank is done, or None if still running after
         `timeout_s`. A lost or failed rank raises `RankLostError` or

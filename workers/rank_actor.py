@@ -24,6 +24,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Protocol
 
 import ray
 
@@ -32,6 +35,14 @@ from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 SIGTERM_GRACE_S = 30.0  # from SIGTERM to a checkpointed stop, before the process exits hard
+
+
+class _RendezvousStore(Protocol):
+    """What this module uses of rank 0's store (a torch TCPStore: torch is
+    imported inside the methods, never by this module)."""
+
+    @property
+    def port(self) -> int: ...
 
 
 class RankActor:
@@ -49,8 +60,9 @@ class RankActor:
         self._stop_requested = False
         self._sigterm_at: float | None = None  # wall time of the preemption notice, if one came
         self._sigterm_grace_s = sigterm_grace_s
-        self._ray_sigterm = None
-        self._store = None  # rank 0's rendezvous store, from choose_rendezvous
+        # the SIGTERM handler ours replaced (Ray's), as signal.getsignal returns it
+        self._ray_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
+        self._store: _RendezvousStore | None = None  # rank 0's rendezvous store, from choose_rendezvous
         self._install_sigterm_handler()
 
     def node_info(self) -> dict:
@@ -66,8 +78,8 @@ class RankActor:
         # Ray's node IP cannot be moved to loopback; on one node we need not use it.
         addr = distributed.LOOPBACK if same_node else ray.util.get_node_ip_address()
         # Listening before the port is handed out: no other process can take it.
-        self._store = distributed.open_store(addr, self.world_size, timeout_s)
-        return addr, self._store.port
+        store = self._store = distributed.open_store(addr, self.world_size, timeout_s)
+        return addr, store.port
 
     def setup(self, addr: str, port: int, timeout_s: float) -> str:
         """Join the process group; returns the backend (NCCL on a GPU, else gloo)."""

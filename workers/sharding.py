@@ -27,11 +27,19 @@ before it uses the parameters.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from typing import TypedDict
 
+import torch
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+
+from workers.models import GPT
 from workers.spec import ShardingSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -43,7 +51,16 @@ def build_mesh(cfg: ShardingSpec, world_size: int, device_type: str) -> DeviceMe
     return init_device_mesh(device_type, shape, mesh_dim_names=names)
 
 
-def apply_activation_checkpointing(model: nn.Module) -> None:
+class _ShardOptions(TypedDict, total=False):
+    """The keyword arguments every `fully_shard` call of `shard_model` gets."""
+
+    mesh: DeviceMesh
+    reshard_after_forward: bool
+    mp_policy: MixedPrecisionPolicy
+    offload_policy: OffloadPolicy
+
+
+def apply_activation_checkpointing(model: GPT) -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointImpl,
         checkpoint_wrapper,
@@ -53,11 +70,11 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
         model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
-def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[nn.Module]:
+def shard_model(model: GPT, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPModule]:
     """Wraps `model` in place; returns the FSDP units in forward order."""
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
-    kwargs = {
+    kwargs: _ShardOptions = {
         "mesh": mesh,
         "reshard_after_forward": cfg.strategy in ("full_shard", "hybrid_shard"),
         "mp_policy": MixedPrecisionPolicy(
@@ -67,20 +84,22 @@ def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[n
     if cfg.cpu_offload:
         # pin_memory() needs a GPU; on CPU-only machines offload must not pin.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
-    units: list[nn.Module] = [fully_shard(model.tok_emb, **kwargs)]
+    # fully_shard returns the module(s) it was given, now FSDP modules.
+    units: list[FSDPModule] = [fully_shard(model.tok_emb, **kwargs)]
     blocks = list(model.blocks)
     k = cfg.blocks_per_unit
     for start in range(0, len(blocks), k):
         group = blocks[start : start + k]
-        fully_shard(group if len(group) > 1 else group[0], **kwargs)
-        units.append(group[0])
+        if len(group) > 1:
+            units.append(fully_shard(group, **kwargs)[0])
+        else:
+            units.append(fully_shard(group[0], **kwargs))
     units.append(fully_shard(model.head, **kwargs))
-    fully_shard(model, **kwargs)
-    units.append(model)
+    units.append(fully_shard(model, **kwargs))
     return units
 
 
-def set_prefetch(units: list[nn.Module], forward: int, backward: int, device_type: str) -> None:
+def set_prefetch(units: list[FSDPModule], forward: int, backward: int, device_type: str) -> None:
     """Explicit prefetch `forward` / `backward` units deep (0: FSDP's implicit)
     on the units `shard_model` returned. The root gathers first in forward and
     in backward (its outputs are the logits), then the others in order."""

@@ -25,13 +25,14 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_WORKERS = 1024
 MAX_PRIORITY = 1000  # a job's priority, and a tenant's max_priority, lie in 0..MAX_PRIORITY
 DEFAULT_MAX_RESTARTS = 3
-OPERATOR_ONLY = {"operator_only": True}  # json_schema_extra of a knob a tenant may not set
+OPERATOR_ONLY: JsonDict = {"operator_only": True}  # json_schema_extra of a knob a tenant may not set
 BYTE_VOCAB = 256  # builtin and uri data are bytes
 
 Strategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]

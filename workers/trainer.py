@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from workers.comm import CommCounter, comm_theory_bytes
 from checkpoints import CheckpointTarget
+from workers.comm import CommCounter, comm_theory_bytes
 from workers.compression import compress_gradients, wire_bytes_per_value
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
@@ -23,7 +24,6 @@ from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.models import build_model
 from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
 from workers.spec import JobSpec, TrainSpec
-
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
 STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
@@ -121,7 +121,7 @@ class Trainer:
         x, y = x.to(self.device), y.to(self.device)
         micro = cfg.train.accumulation_steps(self.world_size)
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
-        for i, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
+        for i, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro), strict=True)):
             # Reduce gradients once per optimizer step, on the last micro-batch.
             self.model.set_requires_gradient_sync(i == micro - 1)
             logits = self.model(xm)
@@ -174,7 +174,7 @@ class Trainer:
         says which stopped the run ("requested", "preempted" or None)."""
         end = self.config.train.steps
         stop = end if stop_after is None else min(stop_after, end)
-        history = []
+        history: list[dict] = []
         self.stop_reason = None
         try:
             while self.step < stop:
@@ -212,12 +212,15 @@ class Trainer:
         shards are gathered): equal digests mean bitwise-equal state."""
         import hashlib
 
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict import ValueType, get_state_dict
         from torch.distributed.tensor import DTensor
 
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         flat = {f"model.{k}": v for k, v in model_state.items()}
-        for fqn, per_param in optim_state.get("state", {}).items():
+        # An optimizer state dict's "state" maps each parameter's FQN to its
+        # state by name (a dict), which get_state_dict's union type does not say.
+        per_fqn = cast(dict[str, dict[str, ValueType]], optim_state.get("state", {}))
+        for fqn, per_param in per_fqn.items():
             flat.update({f"optim.{fqn}.{k}": v for k, v in per_param.items()})
         digests = {}
         for key in sorted(flat):

@@ -170,7 +170,7 @@ class _Pass:
 
     def _short_of(self, demand: Demand, workers: int, available: Resources) -> str:
         for (name, per), (_, have), (_, held) in zip(
-                demand.per_worker.items(), available.items(), self.reserved.items()):
+                demand.per_worker.items(), available.items(), self.reserved.items(), strict=True):
             if per > 0 and capacity_limit(Resources(**{name: per}), available) < workers:
                 why = (f"capacity: needs {per * workers:g} {name} for {workers} workers, "
                        f"{have:g} free")

@@ -38,7 +38,7 @@ class Run:
 
 
 def dominant_share(held: Resources, total: Resources) -> float:
-    shares = [used / have for (_, used), (_, have) in zip(held.items(), total.items())
+    shares = [used / have for (_, used), (_, have) in zip(held.items(), total.items(), strict=True)
               if have > EPS]
     return max(shares, default=0.0)
 

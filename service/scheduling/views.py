@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from workers.spec import MAX_PRIORITY
+
 EPS = 1e-6  # float resources (0.5 gpu) compare with this slack, as the supervisor does
 
 
@@ -71,7 +73,7 @@ class Quota:
 class TenantPolicy:
     name: str
     quota: Quota = field(default_factory=Quota)
-    max_priority: int = 1000
+    max_priority: int = MAX_PRIORITY
     weight: float = 1.0
 
     def __post_init__(self) -> None:
@@ -191,7 +193,7 @@ def quota_limit(demand: Demand, tenant: TenantPolicy, usage: TenantUsage) -> tup
 def capacity_limit(per_worker: Resources, available: Resources) -> float:
     """The most workers of this size that fit in `available`."""
     limit = math.inf
-    for (_, per), (_, have) in zip(per_worker.items(), available.items()):
+    for (_, per), (_, have) in zip(per_worker.items(), available.items(), strict=True):
         if per > 0:
             limit = min(limit, math.floor((max(0.0, have) + EPS) / per))
     return limit
@@ -206,7 +208,7 @@ def never_runs(demand: Demand, tenant: TenantPolicy, total: Resources | None = N
     smallest = demand.min_workers
     need, quota = demand.at(smallest), tenant.quota
     if total is not None:
-        for (name, needed), (_, have) in zip(need.items(), total.items()):
+        for (name, needed), (_, have) in zip(need.items(), total.items(), strict=True):
             if needed > have + EPS:
                 return (f"capacity: needs {needed:g} {name} at its smallest size ({smallest} "
                         f"workers); the cluster has {have:g} {name} in total")

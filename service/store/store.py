@@ -10,7 +10,6 @@ win, and a change the table forbids is never written.
 
 from __future__ import annotations
 
-import copy
 import math
 import secrets
 from collections.abc import Iterable, Iterator
@@ -20,16 +19,16 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, Select, func, insert, or_, select, update
+from sqlalchemy import Select, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.log_text import printable
+from service.scheduling import Demand, QuotaPolicy
 from service.states import JobState, check_transition
 from service.store.engine import build_engines, normalize_url, transaction
-from service.scheduling import Demand, QuotaPolicy
 from service.store.errors import ConcurrentUpdate, JobNotFound, QuotaExceeded, UnexpectedState
 from service.store.models import (
     LOG_LINE_LENGTH,
@@ -41,8 +40,8 @@ from service.store.models import (
     utcnow,
 )
 from service.store.records import EventRecord, JobRecord, LogRecord
-from workers.spec import JobSpec
 from service.store.tenants import TenantStore, tenant_policy
+from workers.spec import JobSpec
 
 MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
 TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
@@ -137,10 +136,10 @@ class JobStore:
                 record = job.to_record()
         except IntegrityError:
             # A concurrent submit with the same key won the unique constraint.
-            found = idempotency_key is not None and self._by_key(tenant, idempotency_key)
-            if not found:
+            existing = idempotency_key is not None and self._by_key(tenant, idempotency_key)
+            if not existing:
                 raise
-            return found, False
+            return existing, False
         return record, True
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord | None:
@@ -159,7 +158,7 @@ class JobStore:
         if states is not None:
             query = query.where(Job.state.in_([JobState(s).value for s in states]))
         with self._read() as session:
-            total = session.scalar(select(func.count()).select_from(query.subquery()))
+            total = session.scalars(select(func.count()).select_from(query.subquery())).one()
             page = session.scalars(
                 query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit).offset(offset)
             )
@@ -365,8 +364,8 @@ class JobStore:
                 return found.to_record()
         if row is None:  # the admin: no tenants row, no quota
             return None
-        queued = session.scalar(select(func.count()).select_from(Job).where(
-            Job.tenant == tenant, Job.state == JobState.QUEUED.value))
+        queued = session.scalars(select(func.count()).select_from(Job).where(
+            Job.tenant == tenant, Job.state == JobState.QUEUED.value)).one()
         policy, quota = tenant_policy(row.to_record()), QuotaPolicy()
         decision = (quota.check_queue(policy, queued) if demand is None
                     else quota.check_submit(policy, queued, demand))

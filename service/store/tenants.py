@@ -30,6 +30,7 @@ from service.store.engine import transaction
 from service.store.errors import TenantBusy, TenantExists, TenantNotFound
 from service.store.models import Job, Tenant, utcnow
 from service.store.records import TenantRecord
+from workers.spec import MAX_PRIORITY
 
 ADMIN_TENANT = "admin"  # the admin key's own jobs go under this name: no tenant may take it
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -59,7 +60,7 @@ class TenantStore:
     def __init__(self, reader: Engine, writer: Engine):
         self._reader, self._writer = reader, writer
 
-    def create(self, name: str, *, quota: Mapping | None = None, max_priority: int = 1000,
+    def create(self, name: str, *, quota: Mapping | None = None, max_priority: int = MAX_PRIORITY,
                weight: float = 1.0) -> tuple[TenantRecord, str]:
         """A new tenant and its API key: the only time the key is seen."""
         check_name(name)

@@ -162,7 +162,7 @@ def test_training_error_names_the_rank_and_the_remote_error(tmp_path):
     with WorkerGroup(2, name_prefix=prefix) as group:
         pids = [info["pid"] for info in group.node_infos]
         with pytest.raises(RankFailedError) as failed:
-            group.train(tiny_job(steps=2, data={"source": "file", "uri": f"file://{short}"}))
+            group.train(tiny_job(steps=2, data={"source": "uri", "uri": f"file://{short}"}))
     assert failed.value.rank == 0
     assert str(failed.value).startswith(f"rank 0 (pid {pids[0]}, node ")
     assert "ValueError" in str(failed.value) and "too short for seq_len 32" in str(failed.value)

@@ -30,7 +30,10 @@ connection = config.attributes.get("connection")
 if connection is not None:
     run(connection)
 else:
-    _, writer = build_engines(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("the job store migrates a given connection or sqlalchemy.url; got neither")
+    _, writer = build_engines(url)
     try:
         with writer.connect() as own:
             run(own)
