@@ -1,6 +1,5 @@
-"""Where a job runner meets Ray: the control plane's `launch` for a job's
-attempt (a `WorkerGroup`, started and training) and the cluster's live node
-count that the restart policy's same-node rule asks for. A test hands the
+"""Where a job runner meets its worker group: the control plane's `launch`
+for a job's attempt (a `WorkerGroup`, started and training). A test hands the
 runner a fake instead (tests/service/test_runner.py).
 
 A group is detached and named by (job, attempt), so that a control plane
@@ -10,8 +9,6 @@ that restarts finds it again by name (`Supervisor.reconcile`).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-import ray
 
 from service.lifecycle import GroupOutcome
 from workers.errors import WorkerGroupError
@@ -47,10 +44,3 @@ def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float) -> Wo
         group.shutdown()  # whatever of it started: no actor or bundle outlives the attempt
         return GroupOutcome.start_failed(e, group.node_infos)
     return group
-
-
-def live_nodes() -> int:
-    try:
-        return sum(1 for node in ray.nodes() if node["Alive"])
-    except Exception:  # Ray unreachable: do not let the same-node rule stop a job on a guess
-        return 1

@@ -29,6 +29,7 @@ from service.scheduling.restart import Failure, RestartPolicy
 from service.states import JobState
 from service.states import JobState as S
 from workers.errors import PlacementTimeoutError, RankError
+from workers.spec import DEFAULT_MAX_RESTARTS
 
 if TYPE_CHECKING:
     from service.store import JobRecord
@@ -103,7 +104,7 @@ class JobFacts:
     total_steps: int
     restarts: int = 0
     preemptions: int = 0
-    max_restarts: int = 3
+    max_restarts: int = DEFAULT_MAX_RESTARTS
     workers: int | None = None
     attempt: int = 0
 

@@ -1,4 +1,7 @@
-"""The control plane's connection to Ray.
+"""The control plane's connection to Ray: the one module of the service that
+talks to Ray about the cluster. It joins (or starts) the cluster, and answers
+the cluster questions: capacity, live and lost nodes, whether a job could
+ever fit. Worker groups themselves are `workers.group`'s.
 
 With `BRIGADE_RAY_ADDRESS` it joins that cluster. Without, it runs a Ray head
 on this machine as a process of its own (`ray start --head --block` in a new
@@ -22,6 +25,8 @@ from pathlib import Path
 import ray
 
 from workers.distributed import LOOPBACK, free_port
+from workers.errors import CapacityError
+from workers.placement import check_capacity
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "brigade"
@@ -37,6 +42,11 @@ def connect(address: str) -> None:
     auth on (an explicit RAY_AUTH_MODE in the environment wins)."""
     _token_auth()
     ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+
+
+def disconnect() -> None:
+    """Leave the cluster (before a local head is stopped)."""
+    ray.shutdown()
 
 
 def _token_auth() -> None:
@@ -160,6 +170,27 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def live_node_count() -> int:
+    """How many nodes the cluster has alive (1 where Ray cannot be asked: a
+    rule that needs several nodes must not act on a guess)."""
+    try:
+        return sum(1 for node in ray.nodes() if node["Alive"])
+    except Exception:
+        return 1
+
+
+def never_fits(workers: int, cpu: float, gpu: float, placement: str) -> str:
+    """Why `workers` ranks of (cpu, gpu) each could never be placed on the
+    live nodes under `placement`, however long they waited ("" if they could)."""
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    bundle = {key: amount for key, amount in (("CPU", cpu), ("GPU", gpu)) if amount}
+    try:
+        check_capacity(nodes, workers, bundle, placement)
+    except CapacityError as e:
+        return str(e)
+    return ""
 
 
 def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:

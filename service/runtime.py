@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.ray_cluster import LocalRayCluster, connect
+from service.ray_cluster import LocalRayCluster, connect, disconnect
 from service.settings import Settings
 from service.store import JobStore
 from service.supervisor import Supervisor
@@ -25,9 +25,7 @@ def build_supervisor(settings: Settings) -> Supervisor:
 
 
 def _disconnect(store: JobStore, local: LocalRayCluster | None) -> None:
-    import ray
-
     store.dispose()
-    ray.shutdown()  # leave the cluster before (maybe) stopping the head
+    disconnect()  # leave the cluster before (maybe) stopping the head
     if local is not None:
         local.stop()

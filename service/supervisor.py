@@ -17,9 +17,9 @@ import threading
 from checkpoints import CheckpointStore, CheckpointTarget
 from service.admission import Admission
 from service.data_access import check_data_uri
-from service.launch import group_name, launch_group, live_nodes
+from service.launch import group_name, launch_group
 from service.log_text import printable
-from service.ray_cluster import cluster_capacity
+from service.ray_cluster import cluster_capacity, live_node_count, never_fits
 from service.runner import ControlPlane, JobRunner
 from service.scheduling import Demand, RestartPolicy
 from service.settings import Settings
@@ -47,7 +47,7 @@ class Supervisor:
     # -- requests ---------------------------------------------------------------
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
-        if spec.data.source == "uri":
+        if spec.data.uri is not None:  # the schema allows it with source 'uri' only
             check_data_uri(spec.data.uri, tenant, self.settings.resolved_data_uri_root)
         for knob in spec.operator_only_set():
             raise SpecError(knob, f"{knob} is operator-only: set by the platform's own tools "
@@ -183,7 +183,7 @@ class Supervisor:
         """A runner for the job, handed what it needs of the control plane."""
         control = ControlPlane(
             restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
-            grace_s=self.admission.grace_s, live_nodes=live_nodes, done=self.runner_done,
+            grace_s=self.admission.grace_s, live_nodes=live_node_count, done=self.runner_done,
         )
         return JobRunner(
             job_id, store=self.store, control=control, attached=attached,
@@ -249,11 +249,7 @@ class Supervisor:
         return job
 
     def _check_fits(self, spec: JobSpec, workers: int) -> None:
-        capacity = cluster_capacity()
         res = spec.resources_per_worker
-        for key, per in (("cpu", res.cpu), ("gpu", res.gpu)):
-            if workers * per > capacity[key] + 1e-6:
-                raise CapacityError(
-                    f"{workers} workers x {per:g} {key} need {workers * per:g} {key}, but the "
-                    f"cluster has {capacity[key]:g} {key} in total: the job could never start"
-                )
+        why = never_fits(workers, res.cpu, res.gpu, spec.placement)
+        if why:
+            raise CapacityError(f"{why}: the job could never start")

@@ -7,7 +7,9 @@ from __future__ import annotations
 from workers.errors import CapacityError
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-_EPS = 1e-6  # Ray counts resources in units of 1e-4
+# Float resources (0.5 gpu) compare with this slack; Ray counts them in units
+# of 1e-4. The one slack of the project: the scheduler's views use it too.
+RESOURCE_EPS = 1e-6
 
 
 def check_capacity(
@@ -21,22 +23,22 @@ def check_capacity(
         total = sum(node.get(key, 0.0) for node in nodes)
         largest = max((node.get(key, 0.0) for node in nodes), default=0.0)
         need = n * per_rank
-        if need > total + _EPS:
+        if need > total + RESOURCE_EPS:
             raise CapacityError(
                 f"{n} worker{'s' * (n != 1)} x {per_rank:g} {key} need {need:g} {key}, "
                 f"but the cluster has {total:g} {key} in total"
             )
-        if per_rank > largest + _EPS:
+        if per_rank > largest + RESOURCE_EPS:
             raise CapacityError(
                 f"one worker needs {per_rank:g} {key}, but the largest node has {largest:g}"
             )
-        if strategy == "STRICT_PACK" and need > largest + _EPS:
+        if strategy == "STRICT_PACK" and need > largest + RESOURCE_EPS:
             raise CapacityError(
                 f"STRICT_PACK puts all {n} workers on one node: they need {need:g} {key}, "
                 f"but the largest node has {largest:g}"
             )
     if strategy == "STRICT_SPREAD":
-        fits = [all(node.get(k, 0.0) + _EPS >= v for k, v in bundle.items()) for node in nodes]
+        fits = [all(node.get(k, 0.0) + RESOURCE_EPS >= v for k, v in bundle.items()) for node in nodes]
         hosts = sum(fits)
         if n > hosts:
             raise CapacityError(

@@ -12,9 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from workers.placement import RESOURCE_EPS as EPS
 from workers.spec import MAX_PRIORITY
-
-EPS = 1e-6  # float resources (0.5 gpu) compare with this slack, as the supervisor does
 
 
 @dataclass(frozen=True)
