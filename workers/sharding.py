@@ -27,7 +27,7 @@ before it uses the parameters.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TypedDict, get_args
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -40,9 +40,10 @@ from torch.distributed.fsdp import (
 )
 
 from workers.models import GPT
-from workers.spec import ShardingSpec
+from workers.spec import Dtype, ShardingSpec
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The spec's dtype names are torch's own: the allowed values stay written once.
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in get_args(Dtype)}
 
 
 def build_mesh(cfg: ShardingSpec, world_size: int, device_type: str) -> DeviceMesh:
