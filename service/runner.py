@@ -208,9 +208,13 @@ class JobRunner(threading.Thread):
 
     # -- progress -----------------------------------------------------------------
 
-    def _record(self, rows: list[dict]) -> int:
+    def _record(self, fetched: list[dict]) -> int:
+        """Record the rows fetched from the group; how many were fetched."""
+        rows = [row for row in fetched if not row.get("replayed")]
+        if len(rows) < len(fetched):
+            self._recover([row for row in fetched if row.get("replayed")])
         if not rows:
-            return 0
+            return len(fetched)
         job = self._job()
         lines = []
         if self._keep_recovery and "resumed_from" in rows[0]:
@@ -239,7 +243,24 @@ class JobRunner(threading.Thread):
                              "failed saves in this attempt); training goes on from the last "
                              "committed checkpoint, and saves again at the next interval")
         self.store.append_log(self.job_id, lines)
-        return len(rows)
+        return len(fetched)
+
+    def _recover(self, carried: list[dict]) -> None:
+        """Rows a checkpoint carried (of steps its attempt took, up to the
+        step it saved) that were never read before that attempt's group
+        ended: record those the store does not have."""
+        first, last = carried[0]["step"], carried[-1]["step"]
+        have = {m["step"] for m in self.store.metrics(self.job_id, since_step=first,
+                                                         limit=last - first + 1)}
+        missing = [{k: v for k, v in row.items() if k != "replayed"}
+                   for row in carried if row["step"] not in have]
+        if not missing:
+            return
+        self.store.record_metrics(self.job_id, self._job().attempt, missing)
+        steps = ", ".join(str(row["step"]) for row in missing)
+        self.store.append_log(self.job_id, [
+            f"steps {steps}: metrics recovered from the checkpoint (not read before the "
+            "previous attempt's group ended)"])
 
     def _job(self) -> JobRecord:
         job = self.store.get_job(self.job_id)

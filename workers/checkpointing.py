@@ -9,6 +9,7 @@ looked like (world size, strategy, mesh, config hash) for the listing.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -115,7 +116,19 @@ def extra_state(trainer: Trainer) -> dict:
         "sharding": cfg.sharding.strategy,
         "mesh": list(cfg.sharding.mesh_shape(trainer.world_size)),
         "config_hash": cfg.config_hash(),
+        # The rows its reader may not have recorded (`Trainer.unrecorded`), this
+        # step's included; replayed at a resume (`metrics_rows`).
+        "metrics": [_json_row(row, trainer.step) for row in trainer.unrecorded()],
     }
+
+
+def _json_row(row: dict, saved: int) -> dict:
+    """A metrics row as the manifest can hold it: JSON has no NaN or infinity
+    (the store keeps them as None too); the saved step's row says it was saved."""
+    out = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in row.items()}
+    if row["step"] == saved:
+        out["checkpoint_step"] = saved
+    return out
 
 
 def restore_extra(trainer: Trainer, extra: dict) -> None:
@@ -125,6 +138,7 @@ def restore_extra(trainer: Trainer, extra: dict) -> None:
             extra["step"], extra["config_hash"][:12], trainer.config.config_hash()[:12],
         )
     trainer.step = int(extra["step"])
+    trainer.carry_unrecorded(extra.get("metrics", []))
     trainer.batches.load_state_dict(extra["data"])
     rng = torch.frombuffer(bytearray(decode_bytes(extra["rng"])), dtype=torch.uint8)
     torch.set_rng_state(rng)

@@ -109,6 +109,10 @@ class RankActor:
         try:
             target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
             self._trainer = Trainer(spec, target)
+            # Rows a checkpoint carried (not read before the last group ended)
+            # come first, marked: the driver records those it does not have.
+            self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
+            self._metrics = [{**row, "replayed": True} for row in self._trainer.unrecorded()]
             result = self._trainer.run(self._record, stop_after, should_stop=self._should_stop)
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             self._state, self._error = "failed", f"{type(e).__name__}: {e}"
@@ -191,7 +195,11 @@ class RankActor:
         self._metrics.append(metrics)
 
     def progress(self, since: int = 0) -> list[dict]:
-        """The steps recorded so far by the running (or last) `train`, from `since` on."""
+        """The steps recorded so far by the running (or last) `train`, from
+        `since` on: the rows before `since` the driver has recorded."""
+        trainer = getattr(self, "_trainer", None)
+        if trainer is not None and 0 < since <= len(self._metrics):
+            trainer.acknowledge(self._metrics[since - 1]["step"])
         return self._metrics[since:]
 
     def pid(self) -> int:

@@ -7,6 +7,7 @@ single process (world size 1). Nothing here knows about Ray.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import cast
@@ -88,6 +89,13 @@ class Trainer:
         self.checkpoints = None
         self.resumed_from: int | None = None
         self.stop_reason: str | None = None  # why the last run() stopped short, if asked to
+        # Metrics rows whose reader has not said it recorded them: a checkpoint
+        # carries them, so that a group that ends before they were read (a rank
+        # killed, the control plane down) loses none (`acknowledge`). Without a
+        # reader that acknowledges, a row counts as recorded once `on_step` has it.
+        self.acknowledges = False
+        self._unrecorded: list[dict] = []  # a resumed run starts with the checkpoint's
+        self._rows_lock = threading.Lock()  # the reader acknowledges from another thread
         if checkpoint is not None:
             from workers.checkpointing import TrainerCheckpoints
 
@@ -192,15 +200,35 @@ class Trainer:
                 final = self.step == stop and (
                     stop < end or self.config.checkpoint.every_steps > 0
                 )
+                with self._rows_lock:  # before the save: it carries this row too
+                    self._unrecorded.append(metrics)
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
                     metrics.update(self.checkpoints.save(self, blocking=final))
                 history.append(metrics)
                 if on_step is not None:
                     on_step(metrics)
+                if not self.acknowledges:
+                    self.acknowledge(self.step)
         finally:
             if self.checkpoints is not None:
                 self.checkpoints.close()
         return history
+
+    def acknowledge(self, step: int) -> None:
+        """The rows up to `step` are recorded by their reader."""
+        with self._rows_lock:
+            self._unrecorded = [row for row in self._unrecorded if row["step"] > step]
+
+    def unrecorded(self) -> list[dict]:
+        """The rows not known to be recorded, oldest first (from an earlier
+        attempt's checkpoint too, until acknowledged)."""
+        with self._rows_lock:
+            return list(self._unrecorded)
+
+    def carry_unrecorded(self, rows: list[dict]) -> None:
+        """At a resume: the rows the checkpoint carried."""
+        with self._rows_lock:
+            self._unrecorded = [dict(row) for row in rows]
 
     def _max_over_ranks(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int32, device=self.device)

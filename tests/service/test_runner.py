@@ -40,7 +40,8 @@ class FakeGroup:
         self.node_infos = [{"node_id": f"n-{r}", "node_ip": f"10.0.0.{r}", "pid": 100 + r}
                            for r in range(2)]
         self.backend = "gloo"
-        self.rows: list[dict] = []
+        # A resumed group first replays the rows its checkpoint carried, marked.
+        self.rows: list[dict] = [{**row, "replayed": True} for row in cluster.carried()]
         self.step = self.resumed_from = cluster.latest_step()
         self.stop_requested = self.shut_down = False
 
@@ -107,6 +108,13 @@ class FakeCluster:
 
     def latest_step(self) -> int:
         return self.saved[-1] if self.saved else 0
+
+    def carried(self) -> list[dict]:
+        """What the latest checkpoint carries: the last group's rows up to it
+        (the real ranks carry only those not yet read; a superset is as good)."""
+        last = self.groups[-1].rows if self.groups else []
+        return [{k: v for k, v in row.items() if k != "replayed"}
+                for row in last if row["step"] <= self.latest_step()]
 
     def launch(self, job):
         """As `service.launch.launch_group` does: start, train, or say why not."""
@@ -225,6 +233,25 @@ def test_a_lost_rank_restarts_from_the_latest_checkpoint_and_succeeds(store):
     assert cluster.asked_restart_size == [{"n-0", "n-1"}]  # where the lost attempt ran
     first = store.metrics(job_id, since_step=5, limit=1)[0]
     assert (first["recovered_from"], first["lost_steps"]) == ("restart", 1)  # 5 taken, 4 saved
+
+
+def test_rows_a_failed_group_never_reported_are_recovered_from_its_checkpoint(store):
+    job_id = submit(store)
+
+    def three_more_then_lost(group):  # steps 4..6 taken (6 saved), then a rank dies unread
+        group.train(3)
+        raise RankLostError(1, "rank 1 was lost")
+
+    cluster = FakeCluster([3, three_more_then_lost], [10, "done"])
+    run(store, cluster, job_id)
+    assert store.get_job(job_id).state is S.SUCCEEDED
+    assert [r["step"] for r in store.metrics(job_id)] == list(range(1, STEPS + 1))
+    assert store.metrics(job_id, since_step=6, limit=1)[0]["checkpoint_step"] == 6
+    assert all("replayed" not in r for r in store.metrics(job_id))
+    lines = [log.line for log in store.logs(job_id)]
+    recovered = [line for line in lines if "recovered from the checkpoint" in line]
+    assert recovered == ["steps 4, 5, 6: metrics recovered from the checkpoint (not read before "
+                         "the previous attempt's group ended)"]
 
 
 def test_failures_beyond_max_restarts_fail_the_job_with_the_cause(store):
