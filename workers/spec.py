@@ -60,7 +60,10 @@ def refusal(field: str, message: str, value: Any = None) -> ValidationError:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    # Frozen: a job's spec never changes once submitted (the store shares one
+    # parsed copy among the records it hands out; `model_copy(update=...)` makes another).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False,
+                              frozen=True)
 
 
 class WorkerRange(_Section):
