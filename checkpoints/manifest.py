@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -100,6 +101,12 @@ def check_secret(secret: bytes) -> bytes:
     if not isinstance(secret, bytes) or not secret:
         raise ValueError("the checkpoint signing secret must be non-empty bytes")
     return secret
+
+
+def finite(value: Any) -> Any:
+    """`value` as JSON can hold it: a NaN or infinite float is None (a metrics
+    row in a manifest's extra, or in the job store)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def snapshot_extra(extra: dict[str, Any] | None) -> dict[str, Any]:

@@ -86,15 +86,6 @@ def _node(node_infos: Sequence[dict], rank: int | None) -> str | None:
     return node_infos[rank].get("node_id") or node_infos[rank].get("node_ip")
 
 
-# The two readings of a job's spec the runner needs.
-def total_steps(job: JobRecord) -> int:
-    return job.spec.train.steps
-
-
-def max_restarts(job: JobRecord) -> int:
-    return job.spec.max_restarts
-
-
 @dataclass(frozen=True, kw_only=True)
 class JobFacts:
     """What a decision reads of a job record."""
@@ -111,8 +102,8 @@ class JobFacts:
     @classmethod
     def of(cls, job: JobRecord) -> JobFacts:
         return cls(
-            state=job.state, step=job.step, total_steps=total_steps(job), restarts=job.restarts,
-            preemptions=job.preemptions, max_restarts=max_restarts(job), workers=job.workers,
+            state=job.state, step=job.step, total_steps=job.spec.train.steps, restarts=job.restarts,
+            preemptions=job.preemptions, max_restarts=job.spec.max_restarts, workers=job.workers,
             attempt=job.attempt,
         )
 

@@ -26,7 +26,7 @@ import ray
 
 from workers.distributed import LOOPBACK, free_port
 from workers.errors import CapacityError
-from workers.placement import check_capacity
+from workers.placement import bundle_of, check_capacity
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "brigade"
@@ -185,9 +185,8 @@ def never_fits(workers: int, cpu: float, gpu: float, placement: str) -> str:
     """Why `workers` ranks of (cpu, gpu) each could never be placed on the
     live nodes under `placement`, however long they waited ("" if they could)."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-    bundle = {key: amount for key, amount in (("CPU", cpu), ("GPU", gpu)) if amount}
     try:
-        check_capacity(nodes, workers, bundle, placement)
+        check_capacity(nodes, workers, bundle_of(cpu, gpu), placement)
     except CapacityError as e:
         return str(e)
     return ""

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from service.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at, total_steps
+from service.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at
 from service.recovery import RECOVERY_FIELDS, Interruption
 from service.scheduling.restart import Failure, RestartPolicy
 from service.states import IllegalTransition
@@ -210,12 +210,14 @@ class JobRunner(threading.Thread):
 
     def _record(self, fetched: list[dict]) -> int:
         """Record the rows fetched from the group; how many were fetched."""
+        if not fetched:
+            return 0
+        job = self._job()
         rows = [row for row in fetched if not row.get("replayed")]
         if len(rows) < len(fetched):
-            self._recover([row for row in fetched if row.get("replayed")])
+            self._recover(job, [row for row in fetched if row.get("replayed")])
         if not rows:
             return len(fetched)
-        job = self._job()
         lines = []
         if self._keep_recovery and "resumed_from" in rows[0]:
             self._keep_recovery = False
@@ -234,7 +236,7 @@ class JobRunner(threading.Thread):
             if checkpoint is not None:
                 fields["latest_checkpoint"] = checkpoint
         self.store.update_job(self.job_id, **fields)
-        total = total_steps(job)
+        total = job.spec.train.steps
         for r in rows:
             lines.append(f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
                          f"{r['tokens_per_s']:.0f} tok/s")
@@ -245,7 +247,7 @@ class JobRunner(threading.Thread):
         self.store.append_log(self.job_id, lines)
         return len(fetched)
 
-    def _recover(self, carried: list[dict]) -> None:
+    def _recover(self, job: JobRecord, carried: list[dict]) -> None:
         """Rows a checkpoint carried (of steps its attempt took, up to the
         step it saved) that were never read before that attempt's group
         ended: record those the store does not have."""
@@ -256,7 +258,7 @@ class JobRunner(threading.Thread):
                    for row in carried if row["step"] not in have]
         if not missing:
             return
-        self.store.record_metrics(self.job_id, self._job().attempt, missing)
+        self.store.record_metrics(self.job_id, job.attempt, missing)
         steps = ", ".join(str(row["step"]) for row in missing)
         self.store.append_log(self.job_id, [
             f"steps {steps}: metrics recovered from the checkpoint (not read before the "

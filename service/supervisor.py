@@ -18,6 +18,7 @@ from checkpoints import CheckpointStore, CheckpointTarget
 from service.admission import Admission
 from service.data_access import check_data_uri
 from service.launch import group_name, launch_group
+from service.lifecycle import GroupOutcome
 from service.log_text import printable
 from service.ray_cluster import cluster_capacity, live_node_count, never_fits
 from service.runner import ControlPlane, JobRunner
@@ -43,15 +44,21 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._on_stop = on_stop  # e.g. stop the local Ray head
         self.admission = Admission(settings, store)
+        # What every job runner is handed of the control plane.
+        self._control = ControlPlane(
+            restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
+            grace_s=self.admission.grace_s, live_nodes=live_node_count, done=self.runner_done,
+        )
+        self._restart_policy = RestartPolicy(base_backoff_s=settings.restart_backoff_s)
 
     # -- requests ---------------------------------------------------------------
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
         if spec.data.uri is not None:  # the schema allows it with source 'uri' only
             check_data_uri(spec.data.uri, tenant, self.settings.resolved_data_uri_root)
-        for knob in spec.operator_only_set():
-            raise SpecError(knob, f"{knob} is operator-only: set by the platform's own tools "
-                                  "(an engine YAML, a benchmark), not by a job")
+        if knobs := spec.operator_only_set():
+            raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
+                                      "tools (an engine YAML, a benchmark), not by a job")
         self._check_fits(spec, spec.min_workers)
         job, created = self.store.create_job(
             tenant=tenant, name=spec.name, spec=spec,
@@ -181,17 +188,14 @@ class Supervisor:
 
     def _runner(self, job_id: str, attached: WorkerGroup | None = None) -> JobRunner:
         """A runner for the job, handed what it needs of the control plane."""
-        control = ControlPlane(
-            restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
-            grace_s=self.admission.grace_s, live_nodes=live_node_count, done=self.runner_done,
-        )
         return JobRunner(
-            job_id, store=self.store, control=control, attached=attached,
-            launch=lambda job: launch_group(job, self.checkpoint_target(job),
-                                            pg_timeout_s=self.settings.pg_timeout_s),
-            policy=RestartPolicy(base_backoff_s=self.settings.restart_backoff_s),
+            job_id, store=self.store, control=self._control, attached=attached,
+            launch=self._launch, policy=self._restart_policy,
             poll_interval_s=self.settings.poll_interval_s,
         )
+
+    def _launch(self, job: JobRecord) -> WorkerGroup | GroupOutcome:
+        return launch_group(job, self.checkpoint_target(job), pg_timeout_s=self.settings.pg_timeout_s)
 
     def _spawn(self, runner: JobRunner) -> None:
         with self._lock:

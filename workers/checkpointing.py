@@ -9,7 +9,6 @@ looked like (world size, strategy, mesh, config hash) for the listing.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ import torch
 from checkpoints import CheckpointTarget, decode_bytes, encode_bytes
 from checkpoints.checkpointer import Checkpointer, LoadResult
 from checkpoints.errors import CheckpointError
+from checkpoints.manifest import finite
 from checkpoints.stateful import ModelAndOptimizer
 from workers.spec import CheckpointSpec
 
@@ -117,7 +117,7 @@ def extra_state(trainer: Trainer) -> dict:
         "mesh": list(cfg.sharding.mesh_shape(trainer.world_size)),
         "config_hash": cfg.config_hash(),
         # The rows its reader may not have recorded (`Trainer.unrecorded`), this
-        # step's included; replayed at a resume (`metrics_rows`).
+        # step's included; handed back at a resume (`restore_extra`).
         "metrics": [_json_row(row, trainer.step) for row in trainer.unrecorded()],
     }
 
@@ -125,7 +125,7 @@ def extra_state(trainer: Trainer) -> dict:
 def _json_row(row: dict, saved: int) -> dict:
     """A metrics row as the manifest can hold it: JSON has no NaN or infinity
     (the store keeps them as None too); the saved step's row says it was saved."""
-    out = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in row.items()}
+    out = {k: finite(v) for k, v in row.items()}
     if row["step"] == saved:
         out["checkpoint_step"] = saved
     return out

@@ -20,7 +20,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.errors import PlacementTimeoutError, RankFailedError, WorkerGroupError
-from workers.placement import PLACEMENT_STRATEGIES, check_capacity
+from workers.placement import PLACEMENT_STRATEGIES, bundle_of, check_capacity
 from workers.rank_actor import SIGTERM_GRACE_S, RankActor
 from workers.rank_calls import await_ranks
 from workers.spec import JobSpec
@@ -87,8 +87,7 @@ class WorkerGroup:
     @property
     def bundle(self) -> dict[str, float]:
         """What one rank reserves."""
-        wanted = {"CPU": self.cpus_per_worker, "GPU": self.gpus_per_worker}
-        return {key: amount for key, amount in wanted.items() if amount}
+        return bundle_of(self.cpus_per_worker, self.gpus_per_worker)
 
     # -- life cycle ---------------------------------------------------------------
 

@@ -12,6 +12,11 @@ PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 RESOURCE_EPS = 1e-6
 
 
+def bundle_of(cpu: float, gpu: float) -> dict[str, float]:
+    """What one rank reserves, in Ray's resource names (none of a zero amount)."""
+    return {key: amount for key, amount in (("CPU", cpu), ("GPU", gpu)) if amount}
+
+
 def check_capacity(
     nodes: list[dict[str, float]], num_workers: int, bundle: dict[str, float], strategy: str
 ) -> None:

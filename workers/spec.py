@@ -237,8 +237,7 @@ class JobSpec(_Section):
             raise refusal("sharding.blocks_per_unit", "sharding.blocks_per_unit must be in "
                           f"1..model.n_layers ({self.model.n_layers}), got "
                           f"{self.sharding.blocks_per_unit}", self.sharding.blocks_per_unit)
-        if not any(self.world_size_problem(n) is None
-                   for n in range(self.max_workers, self.min_workers - 1, -1)):
+        if not self.world_sizes():
             field, message = self.world_size_problem(self.min_workers) or ("workers", "")
             raise refusal(field, message)
         return self

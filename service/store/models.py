@@ -3,8 +3,6 @@ exactly this schema (tests compare them)."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +24,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from service.states import JobState
 from service.store.records import EventRecord, JobRecord, LogRecord, TenantRecord
-from workers.spec import JobSpec
 
 ID_LENGTH = 32
 TENANT_LENGTH = 128
@@ -118,37 +115,12 @@ class Job(Base):
                           "world_size": self.latest_checkpoint_world_size}
         return JobRecord(
             id=self.id, tenant=self.tenant, name=self.name, state=JobState(self.state),
-            spec=SPECS.parse(self.id, self.spec), priority=self.priority, workers=self.workers,
+            stored_spec=self.spec, priority=self.priority, workers=self.workers,
             requested_workers=self.requested_workers, step=self.step, restarts=self.restarts,
             preemptions=self.preemptions, latest_checkpoint=checkpoint, attempt=self.attempt,
             error=self.error, idempotency_key=self.idempotency_key, created_at=self.created_at,
             started_at=self.started_at, finished_at=self.finished_at, updated_at=self.updated_at,
         )
-
-
-class _ParsedSpecs:
-    """A job's spec never changes after submit, so each is validated once per
-    process, not on every read (~35 us a job, on every page the API lists)."""
-
-    def __init__(self, size: int = 4096):
-        self._size, self._specs = size, OrderedDict[str, JobSpec]()
-        self._lock = threading.Lock()
-
-    def parse(self, job_id: str, raw: dict[str, Any]) -> JobSpec:
-        with self._lock:
-            spec = self._specs.get(job_id)
-            if spec is not None:
-                self._specs.move_to_end(job_id)
-                return spec
-        spec = JobSpec.model_validate(raw)
-        with self._lock:
-            self._specs[job_id] = spec
-            if len(self._specs) > self._size:
-                self._specs.popitem(last=False)
-        return spec
-
-
-SPECS = _ParsedSpecs()
 
 
 def _job_fk() -> ForeignKey:

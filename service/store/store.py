@@ -10,7 +10,6 @@ win, and a change the table forbids is never written.
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -25,6 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from checkpoints.manifest import finite
 from service.log_text import printable
 from service.scheduling import Demand, QuotaPolicy
 from service.states import JobState, check_transition
@@ -290,7 +290,7 @@ class JobStore:
             if "step" not in row:
                 raise ValueError(f"a metrics row needs a 'step': {row!r}")
             step = int(row["step"])
-            metrics = {k: _finite(v) for k, v in row.items() if k != "step"}
+            metrics = {k: finite(v) for k, v in row.items() if k != "step"}
             by_step[step] = dict(job_id=job_id, step=step, attempt=attempt, time=now,
                                  metrics=metrics)
         values = list(by_step.values())  # one row a step: an upsert may touch a row once
@@ -431,10 +431,6 @@ def _column_values(fields: dict) -> dict:
             values.update(latest_checkpoint_step=int(checkpoint["step"]),
                           latest_checkpoint_world_size=int(checkpoint["world_size"]))
     return values
-
-
-def _finite(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _log_line(line: str) -> str:
