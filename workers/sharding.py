@@ -1,4 +1,4 @@
-"""FSDP2 wrapping of a GPT by sharding strategy.
+"""FSDP2 wrapping of a decoder (any family: workers/models) by sharding strategy.
 
     full_shard     ZeRO-3: params, grads and optimizer state sharded; params
                    freed after forward and gathered again for backward
@@ -10,7 +10,9 @@
                    all-reduced and nothing is gathered
 
 Units: the token embedding, every `blocks_per_unit` consecutive blocks, the
-head; the root keeps the final norm and the position table. Every unit (the
+head; the root keeps the final norm (and GPT's position table). Tied
+embeddings share one parameter, which must live in one unit: the root keeps
+both the embedding and the head then. Every unit (the
 root included) reshards after forward under full_shard, so each parameter is
 gathered exactly twice a step, as the primer counts.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 from typing import TypedDict, get_args
 
 import torch
+from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
@@ -39,7 +42,6 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
-from workers.models import GPT
 from workers.spec import Dtype, ShardingSpec
 
 # The spec's dtype names are torch's own: the allowed values stay written once.
@@ -61,7 +63,7 @@ class _ShardOptions(TypedDict, total=False):
     offload_policy: OffloadPolicy
 
 
-def apply_activation_checkpointing(model: GPT) -> None:
+def apply_activation_checkpointing(model: nn.Module) -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointImpl,
         checkpoint_wrapper,
@@ -71,7 +73,7 @@ def apply_activation_checkpointing(model: GPT) -> None:
         model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
-def shard_model(model: GPT, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPModule]:
+def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPModule]:
     """Wraps `model` in place; returns the FSDP units in forward order."""
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -86,7 +88,7 @@ def shard_model(model: GPT, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPMod
         # pin_memory() needs a GPU; on CPU-only machines offload must not pin.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     # fully_shard returns the module(s) it was given, now FSDP modules.
-    units: list[FSDPModule] = [fully_shard(model.tok_emb, **kwargs)]
+    units: list[FSDPModule] = [] if model.tied else [fully_shard(model.embedding, **kwargs)]
     blocks = list(model.blocks)
     k = cfg.blocks_per_unit
     for start in range(0, len(blocks), k):
@@ -95,7 +97,8 @@ def shard_model(model: GPT, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPMod
             units.append(fully_shard(group, **kwargs)[0])
         else:
             units.append(fully_shard(group[0], **kwargs))
-    units.append(fully_shard(model.head, **kwargs))
+    if not model.tied:
+        units.append(fully_shard(model.head, **kwargs))
     units.append(fully_shard(model, **kwargs))
     return units
 

@@ -6,7 +6,7 @@ the lowest layer that both the control plane and the engine import.
 Every default and every allowed value is written here and nowhere else.
 Pydantic refuses unknown fields, wrong types and out-of-range values with the
 field's path; the checks that span fields (heads that do not divide the
-width, a batch that no world size in `workers` divides) raise at the field
+width, a batch smaller than every world size in `workers`) raise at the field
 they are about, so every refusal names its field from pydantic's own error
 location.
 
@@ -83,25 +83,65 @@ class Resources(_Section):
     gpu: Annotated[float, Field(ge=0, le=64)] = 0.0
 
 
+# Fields only the Llama family reads (a `gpt` model that sets one is refused).
+LLAMA_FIELDS = ("n_kv_heads", "ffn_dim", "rope_theta", "tie_embeddings", "norm_eps", "qkv_bias")
+
+
 class ModelSpec(_Section):
-    family: Literal["gpt"] = "gpt"
+    family: Literal["gpt", "llama"] = "gpt"
     n_layers: Annotated[int, Field(ge=1, le=512)] = 2
     d_model: Annotated[int, Field(ge=1, le=65536)] = 64
     n_heads: Annotated[int, Field(ge=1, le=1024)] = 4
     seq_len: Annotated[int, Field(ge=2, le=65536)] = 64
     vocab_size: Annotated[int, Field(ge=2, le=1_048_576)] = 256
     mlp_ratio: Annotated[int, Field(ge=1, le=64)] = 4  # the MLP's width over d_model
+    # llama: grouped-query attention's key/value heads (unset: n_heads, plain multi-head)
+    n_kv_heads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    # llama: the SwiGLU MLP's width (unset: mlp_ratio x d_model)
+    ffn_dim: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    rope_theta: Annotated[float, Field(gt=0, le=1e12)] = 10000.0  # llama: rotary base
+    tie_embeddings: bool = False  # llama: the LM head shares the token embedding
+    norm_eps: Annotated[float, Field(gt=0, le=1)] = 1e-5  # llama: RMSNorm's epsilon
+    qkv_bias: bool = False  # llama: biases on q, k, v (Qwen2-style)
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelSpec:
         if self.d_model % self.n_heads:
             raise refusal("d_model", f"model.d_model ({self.d_model}) must be divisible by "
                                      f"model.n_heads ({self.n_heads})", self.d_model)
+        if self.family != "llama":
+            for name in LLAMA_FIELDS:
+                if name in self.model_fields_set and getattr(self, name) != type(self).model_fields[
+                        name].default:
+                    raise refusal(name, f"model.{name} is a field of the 'llama' family, not of "
+                                        f"{self.family!r}", getattr(self, name))
+            return self
+        if self.n_heads % self.kv_heads:
+            raise refusal("n_kv_heads", f"model.n_kv_heads ({self.kv_heads}) must divide "
+                                        f"model.n_heads ({self.n_heads})", self.n_kv_heads)
+        if (self.d_model // self.n_heads) % 2:
+            raise refusal("n_heads", f"the head width d_model / n_heads ({self.d_model} / "
+                                     f"{self.n_heads}) must be even for rotary embeddings",
+                          self.n_heads)
         return self
 
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def ffn_width(self) -> int:
+        return self.ffn_dim or self.mlp_ratio * self.d_model
+
     def num_params(self) -> int:
-        """Parameter count of the GPT this spec builds (kept in sync by a test)."""
+        """Parameter count of the model this spec builds (kept in sync by a test)."""
         d, v, s, L, m = self.d_model, self.vocab_size, self.seq_len, self.n_layers, self.mlp_ratio
+        if self.family == "llama":
+            kv_width = self.kv_heads * (d // self.n_heads)
+            attn = 2 * d * d + 2 * d * kv_width + (d + 2 * kv_width if self.qkv_bias else 0)
+            block = attn + 3 * d * self.ffn_width + 2 * d  # q,o,k,v; gate, up, down; 2 RMSNorms
+            head = 0 if self.tie_embeddings else v * d
+            return v * d + L * block + d + head  # embeddings, layers, final norm, head
         block = 2 * 2 * d + 3 * d * d + d * d + 2 * m * d * d  # 2 LayerNorms, qkv, proj, mlp
         return v * d + s * d + L * block + 2 * d + v * d  # emb, pos, blocks, ln_f, head
 
@@ -131,8 +171,9 @@ class DataSpec(_Section):
 
 class TrainSpec(_Section):
     steps: Annotated[int, Field(ge=1, le=10_000_000)]
-    # samples per optimizer step, whatever the world size; each rank takes
-    # global_batch_size / world_size, in micro-batches (gradient accumulation)
+    # samples per optimizer step, whatever the world size; the ranks split it as
+    # evenly as it goes (8 over 3: 3, 3, 2), each in micro-batches of at most
+    # micro_batch_size (gradient accumulation; unset: one micro-batch)
     global_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = 8
     micro_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
     lr: Annotated[float, Field(gt=0, le=10)] = 1e-3
@@ -145,12 +186,20 @@ class TrainSpec(_Section):
     grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0  # 0: no clipping
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0  # initial weights and data order
 
+    def rank_batches(self, world_size: int) -> list[int]:
+        """Each rank's samples of a global batch, rank 0 first (`split_evenly`)."""
+        return split_evenly(self.global_batch_size, world_size)
+
     def per_rank_batch(self, world_size: int) -> int:
-        return self.global_batch_size // world_size
+        """The largest rank's share (ceil(global_batch_size / world_size))."""
+        return -(-self.global_batch_size // world_size)
 
     def accumulation_steps(self, world_size: int) -> int:
+        """Micro-batches per optimizer step, the same on every rank (each runs
+        as many forwards and backwards, so their collectives pair up): enough
+        that the largest share's micro-batches hold at most micro_batch_size."""
         per_rank = self.per_rank_batch(world_size)
-        return per_rank // (self.micro_batch_size or per_rank)
+        return -(-per_rank // (self.micro_batch_size or per_rank))
 
 
 class ShardingSpec(_Section):
@@ -257,15 +306,10 @@ class JobSpec(_Section):
         t = self.train
         if world_size < 1:
             return "workers", f"the world size must be >= 1, got {world_size}"
-        if t.global_batch_size % world_size:
+        if t.global_batch_size < world_size:
             return "train.global_batch_size", (
-                f"train.global_batch_size ({t.global_batch_size}) is not divisible by the world "
-                f"size ({world_size}): each rank must take global_batch_size / world_size samples")
-        per_rank = t.global_batch_size // world_size
-        if t.micro_batch_size is not None and per_rank % t.micro_batch_size:
-            return "train.micro_batch_size", (
-                f"train.micro_batch_size ({t.micro_batch_size}) must divide the per-rank batch "
-                f"({per_rank} = {t.global_batch_size} / {world_size})")
+                f"train.global_batch_size ({t.global_batch_size}) is smaller than the world "
+                f"size ({world_size}): every rank needs at least one sample a step")
         group = self.sharding.shard_group_size
         if group is not None and world_size % group:
             return "sharding.shard_group_size", (
@@ -321,6 +365,13 @@ def _operator_only_set(model: BaseModel, prefix: str) -> list[str]:
         elif isinstance(value, BaseModel):
             found += _operator_only_set(value, f"{prefix}{name}.")
     return found
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` as `parts` counts as even as it goes, the larger first (8 over
+    3: 3, 3, 2): a rank's share of a global batch, a micro-batch's of a rank's."""
+    base, extra = divmod(total, parts)
+    return [base + (i < extra) for i in range(parts)]
 
 
 def _smallest_prime_factor(n: int) -> int:

@@ -65,6 +65,13 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.reset_parameters()
 
+    # The engine's view of a decoder (workers/sharding.py): embedding, blocks, head.
+    @property
+    def embedding(self) -> nn.Module:
+        return self.tok_emb
+
+    tied = False  # the head has weights of its own
+
     def reset_parameters(self) -> None:
         # GPT-2 style: N(0, 0.02), residual projections scaled by depth.
         for name, p in self.named_parameters():
