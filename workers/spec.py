@@ -338,6 +338,9 @@ class JobSpec(_Section):
         """A stable hash of what determines the loss curve (not the world
         size, not the checkpoint policy, not scheduling)."""
         curve = self.model_dump(mode="json", include=set(CURVE_SECTIONS))
+        if self.model.family != "llama":  # a GPT's hash is what it was before llama's fields
+            for name in LLAMA_FIELDS:
+                curve["model"].pop(name)
         return hashlib.sha256(json.dumps(curve, sort_keys=True).encode()).hexdigest()
 
     def operator_only_set(self) -> list[str]:

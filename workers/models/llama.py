@@ -33,10 +33,13 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
-def rotary(seq_len: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary(
+    seq_len: int, head_dim: int, theta: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the rotary angles, (seq_len, head_dim), in fp32.
     Computed per forward: no buffer to materialise after a meta-device build."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.int64).float() / head_dim))
+    even = torch.arange(0, head_dim, 2, device=device, dtype=torch.int64).float()
+    inv_freq = 1.0 / (theta ** (even / head_dim))
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
