@@ -67,3 +67,12 @@ def test_a_gpt_refuses_llama_fields():
 def test_llama_shape_refusals(fields, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ModelSpec(family="llama", **fields)
+
+
+def test_a_gpt_config_hash_is_what_it_was_before_the_llama_fields():
+    """Checkpoints written before the Llama family keep resuming: their config
+    hash (pinned here from the code before it) does not move."""
+    from workers.spec import JobSpec
+
+    spec = JobSpec.model_validate({"model": {"n_layers": 2}, "train": {"steps": 3}})
+    assert spec.config_hash() == "2444a747562abe63cf6d305ee442b816b007edc5a2745f625e2af184aaa338d4"
