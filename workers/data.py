@@ -1,8 +1,9 @@
 """Resumable data whose order is a function of (seed, global sample index) only.
 
 Sample `i` of a job is the same tokens whatever the world size; a step takes
-the next `global_batch` indices and rank `r` of `n` takes its contiguous
-`global_batch / n` of them. The cursor (the next global sample index) is all a
+the next `global_batch` indices and rank `r` of `n` takes a contiguous range
+of them, the batch split as evenly as it goes (8 over 3: indices 0-2, 3-5,
+6-7; `workers.spec.split_evenly`). The cursor (the next global sample index) is all a
 checkpoint needs to continue the exact order.
 """
 
@@ -17,7 +18,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from workers.spec import DataSpec, ModelSpec
+from workers.spec import DataSpec, ModelSpec, split_evenly
 
 _MASK64 = (1 << 64) - 1
 BUILTIN_CORPUS_BYTES = 1 << 20  # 1 MiB of the Python standard library's source
@@ -111,10 +112,14 @@ class RankBatches:
     world_size: int
     next_sample: int = 0  # the cursor: the first global index of the next step
 
+    def share(self) -> range:
+        """This rank's offsets within a step's global batch."""
+        counts = split_evenly(self.global_batch, self.world_size)
+        first = sum(counts[: self.rank])
+        return range(first, first + counts[self.rank])
+
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        per_rank = self.global_batch // self.world_size
-        first = self.next_sample + self.rank * per_rank
-        rows = np.stack([self.source.sample(i) for i in range(first, first + per_rank)])
+        rows = np.stack([self.source.sample(self.next_sample + i) for i in self.share()])
         self.next_sample += self.global_batch
         t = torch.from_numpy(rows)
         return t[:, :-1], t[:, 1:]

@@ -24,7 +24,7 @@ from workers.distributed import local_device
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.models import build_model
 from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
-from workers.spec import JobSpec, TrainSpec
+from workers.spec import JobSpec, TrainSpec, split_evenly
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
 STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
@@ -127,15 +127,25 @@ class Trainer:
 
         x, y = self.batches.next_batch()
         x, y = x.to(self.device), y.to(self.device)
+        # The ranks' shares (and a share's micro-batches) may differ by a sample:
+        # each micro-batch's loss is its tokens' summed loss over the global
+        # batch's token count, so the ranks' losses add up to the global mean
+        # loss whatever the split. FSDP averages gradients over the data-parallel
+        # ranks; scaling by their number turns that mean into the sum, so the
+        # gradient is the one-process gradient of the mean loss.
+        dp_size = self.batches.world_size
+        global_tokens = cfg.train.global_batch_size * y.shape[1]
         micro = cfg.train.accumulation_steps(self.world_size)
+        sizes = split_evenly(len(x), micro)  # every rank runs `micro` (some may be empty)
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
-        for i, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro), strict=True)):
+        for i, (xm, ym) in enumerate(zip(x.split(sizes), y.split(sizes), strict=True)):
             # Reduce gradients once per optimizer step, on the last micro-batch.
             self.model.set_requires_gradient_sync(i == micro - 1)
             logits = self.model(xm)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten())
-            (loss / micro).backward()
-            loss_sum += loss.detach() / micro
+            loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), reduction="sum")
+            loss = loss / global_tokens
+            (loss * dp_size).backward()
+            loss_sum += loss.detach()
         if cfg.train.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)
         self.optimizer.step()
@@ -149,7 +159,7 @@ class Trainer:
         host_clock = self.device.type == "cpu"  # see workers/comm.py: GPUs' comms are not host-timed
         return StepMetrics(
             step=self.step,
-            loss=loss_sum.item() / self.world_size,
+            loss=loss_sum.item(),
             lr=lr,
             tokens_per_s=tokens / step_time,
             step_time_s=step_time,

@@ -151,5 +151,5 @@ def test_a_job_that_could_never_fit_the_cluster_is_refused(client):
 def test_resume_at_a_size_the_job_cannot_run_at_is_refused(client):
     job = client.submit(SPEC)
     with pytest.raises(BrigadeError) as caught:
-        client.resume(job.id, workers=3)  # the global batch of 8 does not split 3 ways
-    assert caught.value.status == 422 and "world size (3)" in caught.value.message
+        client.resume(job.id, workers=9)  # the global batch of 8 has no sample for a ninth
+    assert caught.value.status == 422 and "world size (9)" in caught.value.message

@@ -82,7 +82,7 @@ MALFORMED = [
     ("lr-zero", spec("train.lr", 0), "train.lr"),
     ("lr-string", spec("train.lr", "fast"), "train.lr"),
     ("batch-zero", spec("train.global_batch_size", 0), "train.global_batch_size"),
-    ("batch-not-divisible", spec("train.global_batch_size", 3, workers=2), "train.global_batch_size"),
+    ("batch-under-workers", spec("train.global_batch_size", 3, workers=4), "train.global_batch_size"),
     ("seed-negative", spec("train.seed", -1), "train.seed"),
     ("keep-last-zero", spec("checkpoint.keep_last", 0), "checkpoint.keep_last"),
     ("every-steps-negative", spec("checkpoint.every_steps", -1), "checkpoint.every_steps"),

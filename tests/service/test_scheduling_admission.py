@@ -10,6 +10,7 @@ from scheduling_cases import cluster, queued, running, tenants
 
 from service.scheduling import (
     Demand,
+    QueuedJob,
     Quota,
     Resources,
     Run,
@@ -311,6 +312,18 @@ def test_a_demand_is_read_from_a_job_spec():
         "priority": 3, "model": {}, "train": {"steps": 5, "global_batch_size": 8}})
     assert Demand.from_spec(spec) == Demand(3, (4, 2, 1), Resources(2, 1))
     assert Demand.from_spec(spec, world_sizes=[2]).world_sizes == (2,)
+
+
+@pytest.mark.parametrize("free", [2, 3, 4, 5, 6, 7])
+def test_an_elastic_job_may_start_at_every_size_in_min_max(free):
+    # A global batch of 8 runs at any size up to 8 (8 over 3: 3, 3, 2), so an
+    # elastic 2..6 job takes whatever fits, not only the sizes that divide 8.
+    from workers.spec import JobSpec
+
+    spec = JobSpec.model_validate({"workers": {"min": 2, "max": 6}, "model": {},
+                                   "train": {"steps": 5, "global_batch_size": 8}})
+    job = QueuedJob("elastic", "a", 0, Demand.from_spec(spec))
+    assert admit([job], [], tenants("a"), cluster(free)).start == [("elastic", min(free, 6))]
 
 
 def test_attained_service_is_dominant_resource_seconds_within_the_window():

@@ -22,10 +22,22 @@ def global_batches(source, global_batch, world_size, steps):
 @pytest.mark.parametrize("source", ["synthetic", "builtin"])
 def test_the_global_batch_is_the_same_at_every_world_size(source):
     src = build_source(DataSpec(source=source), MODEL, seed=3)
-    reference = global_batches(src, 12, 1, 3)
-    for world in (2, 3, 4):
-        for (x, y), (rx, ry) in zip(global_batches(src, 12, world, 3), reference):
-            assert torch.equal(x, rx) and torch.equal(y, ry)
+    for batch, worlds in ((12, (2, 3, 4, 5, 7, 12)), (8, (3, 5, 6))):
+        reference = global_batches(src, batch, 1, 3)
+        for world in worlds:  # uneven splits too
+            for (x, y), (rx, ry) in zip(global_batches(src, batch, world, 3), reference):
+                assert torch.equal(x, rx) and torch.equal(y, ry)
+
+
+def test_each_rank_takes_a_contiguous_range_as_even_as_it_goes():
+    src = build_source(DataSpec(source="synthetic"), MODEL, seed=0)
+    shares = [RankBatches(src, 8, r, 3).share() for r in range(3)]
+    assert shares == [range(0, 3), range(3, 6), range(6, 8)]
+    rank2 = RankBatches(src, 8, 2, 3)
+    rank2.load_state_dict({"next_sample": 16})  # step 3's samples 16..23
+    x, _ = rank2.next_batch()
+    assert torch.equal(x, torch.from_numpy(np.stack([src.sample(22), src.sample(23)]))[:, :-1])
+    assert rank2.state_dict() == {"next_sample": 24}
 
 
 def test_targets_are_inputs_shifted_by_one():
@@ -35,13 +47,13 @@ def test_targets_are_inputs_shifted_by_one():
 
 def test_the_cursor_resumes_the_exact_order_at_another_world_size():
     src = build_source(DataSpec(source="builtin"), MODEL, seed=0)
-    straight = global_batches(src, 6, 2, 5)
-    first = [RankBatches(src, 6, r, 2) for r in range(2)]
+    straight = global_batches(src, 8, 2, 5)
+    first = [RankBatches(src, 8, r, 2) for r in range(2)]
     for _ in range(2):
         for rb in first:
             rb.next_batch()
     cursor = first[0].state_dict()
-    resumed = [RankBatches(src, 6, r, 3) for r in range(3)]
+    resumed = [RankBatches(src, 8, r, 3) for r in range(3)]  # 8 over 3: 3, 3, 2
     for rb in resumed:
         rb.load_state_dict(cursor)
     x = torch.cat([rb.next_batch()[0] for rb in resumed])

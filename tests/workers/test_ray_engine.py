@@ -59,6 +59,18 @@ def single_process():
     return run
 
 
+@pytest.mark.parametrize("micro_batch_size", [None, 2, 1])
+def test_a_batch_the_world_does_not_divide_equals_a_single_process(groups, micro_batch_size):
+    # 8 over 3: 3, 3, 2 samples; micro-batches of at most 2 (2+1, 2+1, 1+1) or
+    # of 1 (rank 2 runs an empty third), each weighted by its tokens.
+    spec = engine_spec(8, data={"source": "synthetic"},
+                       train={"global_batch_size": 8, "micro_batch_size": micro_batch_size})
+    reference = [m["loss"] for m in run_single_process(engine_job(**spec))]
+    per_rank = groups.get(3).train(spec)
+    for metrics in per_rank:
+        assert [m["loss"] for m in metrics] == pytest.approx(reference, abs=1e-5)
+
+
 # World size varies slowest, 2 last: one group of 3, then one of 2 that the next test reuses.
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("world_size", [3, 2])

@@ -1,5 +1,6 @@
 """Resume from a committed checkpoint at another world size follows the same
-loss curve: train at world size 2, checkpoint at step 10, resume at 1, 3, 4."""
+loss curve: train at world size 2, checkpoint at step 10, resume at 1, 3, 4
+(a global batch of 8: 3 splits it 3, 3, 2)."""
 
 import uuid
 
@@ -11,7 +12,7 @@ from workers.group import WorkerGroup
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
 SECRET = "resume-test-secret-0123456789abcdef"
-JOB = engine_spec(30, data={"source": "builtin"},
+JOB = engine_spec(30, data={"source": "builtin"}, train={"global_batch_size": 8},
                   checkpoint={"every_steps": 10, "keep_last": 2, "async": True})
 RESUME_SIZES = (1, 3, 4)
 

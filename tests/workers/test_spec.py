@@ -5,7 +5,7 @@ location, world-size checks name theirs, and the engine's derived figures
 import pytest
 from pydantic import ValidationError
 
-from workers.spec import JobSpec, ModelSpec, ShardingSpec, SpecError, explain
+from workers.spec import JobSpec, ModelSpec, ShardingSpec, SpecError, explain, split_evenly
 
 BASE = {"model": {"n_layers": 2, "d_model": 32, "n_heads": 4}, "train": {"steps": 3}}
 
@@ -17,8 +17,8 @@ def spec(**sections) -> JobSpec:
 @pytest.mark.parametrize(
     "sections, field, message",
     [
-        ({"train": {"steps": 3, "global_batch_size": 12}, "workers": 5},
-         "train.global_batch_size", "not divisible by the world size (5)"),
+        ({"train": {"steps": 3, "global_batch_size": 4}, "workers": 5},
+         "train.global_batch_size", "smaller than the world size (5)"),
         ({"sharding": {"strategy": "zero4"}}, "sharding.strategy", "full_shard"),
         ({"sharding": {"param_dtype": "float8"}}, "sharding.param_dtype", "bfloat16"),
         ({"sharding": {"blocks_per_unit": 3}}, "sharding.blocks_per_unit", "1..model.n_layers (2)"),
@@ -36,8 +36,6 @@ def spec(**sections) -> JobSpec:
         ({"data": {"source": "web"}}, "data.source", "'builtin'"),
         ({"data": {"source": "uri"}}, "data.uri", "data.uri is required"),
         ({"model": {"vocab_size": 100}}, "model.vocab_size", "must be >= 256"),
-        ({"train": {"steps": 3, "global_batch_size": 12, "micro_batch_size": 4}, "workers": 2},
-         "train.micro_batch_size", "must divide the per-rank batch"),
         ({"train": {"steps": 0}}, "train.steps", "greater than or equal to 1"),
         ({"train": {"steps": 3, "lr": 0}}, "train.lr", "greater than 0"),
         ({"train": {"steps": "ten"}}, "train.steps", "valid integer"),
@@ -61,15 +59,49 @@ def test_impossible_jobs_are_refused_at_the_field(sections, field, message):
 def test_a_world_size_the_job_cannot_run_at_names_the_field():
     job = spec(train={"steps": 3, "global_batch_size": 12}, workers={"min": 1, "max": 4})
     assert job.world_sizes() == [4, 3, 2, 1]
+    job.check_world_size(5)  # 12 over 5: 3, 3, 2, 2, 2
     with pytest.raises(SpecError) as caught:
-        job.check_world_size(5)
+        job.check_world_size(13)
     assert caught.value.field == "train.global_batch_size"
     assert explain(caught.value).startswith("train.global_batch_size: train.global_batch_size (12)")
 
 
-def test_elastic_sizes_keep_only_those_that_divide_the_batch():
+def test_an_elastic_job_may_use_every_size_up_to_its_batch():
     job = spec(train={"steps": 3, "global_batch_size": 8}, workers={"min": 2, "max": 6})
-    assert job.world_sizes() == [4, 2]
+    assert job.world_sizes() == [6, 5, 4, 3, 2]
+    job = spec(train={"steps": 3, "global_batch_size": 4}, workers={"min": 2, "max": 6})
+    assert job.world_sizes() == [4, 3, 2]
+
+
+def test_a_hybrid_job_keeps_only_the_sizes_its_shard_group_divides():
+    job = spec(train={"steps": 3, "global_batch_size": 8}, workers={"min": 2, "max": 8},
+               sharding={"strategy": "hybrid_shard", "shard_group_size": 2})
+    assert job.world_sizes() == [8, 6, 4, 2]
+
+
+@pytest.mark.parametrize(
+    "total, parts, counts",
+    [(8, 3, [3, 3, 2]), (8, 1, [8]), (8, 8, [1] * 8), (12, 5, [3, 3, 2, 2, 2]),
+     (7, 4, [2, 2, 2, 1]), (2, 3, [1, 1, 0]), (0, 2, [0, 0])],
+)
+def test_split_evenly(total, parts, counts):
+    assert split_evenly(total, parts) == counts
+    assert sum(counts) == total and max(counts) - min(counts) <= 1
+
+
+@pytest.mark.parametrize(
+    "batch, micro, world, shares, steps",
+    [(8, None, 3, [3, 3, 2], 1), (8, 2, 3, [3, 3, 2], 2), (8, 1, 3, [3, 3, 2], 3),
+     (12, 4, 2, [6, 6], 2), (12, 5, 1, [12], 3), (12, 64, 3, [4, 4, 4], 1)],
+)
+def test_uneven_shares_and_their_micro_batches(batch, micro, world, shares, steps):
+    # micro_batch_size bounds a micro-batch; every rank runs as many (some a
+    # sample short, some possibly empty) so the ranks' collectives pair up.
+    train = spec(train={"steps": 3, "global_batch_size": batch, "micro_batch_size": micro}).train
+    assert train.rank_batches(world) == shares
+    assert train.accumulation_steps(world) == steps
+    for share in shares:
+        assert max(split_evenly(share, steps)) <= (micro or share)
 
 
 @pytest.mark.parametrize(
