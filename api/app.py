@@ -10,7 +10,7 @@ from api import access_log
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
-from api.routes import cluster, health, jobs, logs, tenants
+from api.routes import cluster, health, jobs, logs, tenants, usage
 
 
 def create_app(supervisor) -> FastAPI:
@@ -21,7 +21,7 @@ def create_app(supervisor) -> FastAPI:
     app.state.supervisor = supervisor
     app.state.admin_key = settings.resolved_admin_key()
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
-    for module in (jobs, logs, tenants, cluster, health):
+    for module in (jobs, logs, tenants, cluster, usage, health):
         app.include_router(module.router)
     install_error_handlers(app)
     access_log.install()

@@ -33,6 +33,7 @@ from api.schemas import (
     TenantKey,
     TenantPublic,
     TenantsPublic,
+    UsageReport,
     WorkerPublic,
 )
 from service.states import JobState
@@ -76,8 +77,11 @@ class BrigadeClient:
         return self._call(JobPublic, "POST", "/v1/jobs", json=body, headers=headers)
 
     def jobs(self, state: str | JobState | Iterable[str | JobState] | None = None,
-             limit: int = 50, offset: int = 0) -> JobsPublic:
+             limit: int = 50, offset: int = 0, tenant: str | None = None) -> JobsPublic:
+        """A page of jobs, newest first; the admin sees every tenant's (or `tenant`'s)."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if tenant:
+            params["tenant"] = tenant
         if state:
             states = [state] if isinstance(state, str | JobState) else list(state)
             params["state"] = ",".join(JobState(s).value if isinstance(s, JobState) else s for s in states)
@@ -88,6 +92,10 @@ class BrigadeClient:
 
     def cancel(self, job_id: str) -> JobPublic:
         return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/cancel")
+
+    def delete(self, job_id: str) -> None:
+        """Remove a finished job with its history, checkpoints and exports."""
+        self._send("DELETE", f"/v1/jobs/{job_id}")
 
     def suspend(self, job_id: str) -> JobPublic:
         return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/suspend")
@@ -187,6 +195,13 @@ class BrigadeClient:
 
     def cluster(self) -> ClusterPublic:
         return self._call(ClusterPublic, "GET", "/v1/cluster")
+
+    def usage(self, window_s: float = 86400.0, tenant: str | None = None) -> UsageReport:
+        """Usage per tenant over the last `window_s` seconds (a tenant: its own)."""
+        params: dict[str, Any] = {"window_s": window_s}
+        if tenant:
+            params["tenant"] = tenant
+        return self._call(UsageReport, "GET", "/v1/usage", params=params)
 
     def health(self) -> HealthPublic:
         return self._call(HealthPublic, "GET", "/healthz")

@@ -19,6 +19,7 @@ from api.schemas import ErrorBody, ErrorPublic
 from service.states import IllegalTransition
 from service.store.errors import (
     JobNotFound,
+    JobUnfinished,
     QuotaExceeded,
     TenantBusy,
     TenantExists,
@@ -67,6 +68,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.exception_handler(QuotaExceeded)(_quota_exceeded)
     app.exception_handler(TenantExists)(_tenant_conflict)
     app.exception_handler(TenantBusy)(_tenant_conflict)
+    app.exception_handler(JobUnfinished)(_job_unfinished)
     app.exception_handler(HTTPException)(_http_error)
     app.exception_handler(Exception)(_unexpected)
 
@@ -101,6 +103,10 @@ async def _tenant_not_found(request: Request, exc: TenantNotFound) -> JSONRespon
 
 async def _tenant_conflict(request: Request, exc: TenantExists | TenantBusy) -> JSONResponse:
     return error_response(409, str(exc), "name" if isinstance(exc, TenantExists) else None)
+
+
+async def _job_unfinished(request: Request, exc: JobUnfinished) -> JSONResponse:
+    return error_response(409, str(exc), "state")
 
 
 async def _quota_exceeded(request: Request, exc: QuotaExceeded) -> JSONResponse:

@@ -31,6 +31,7 @@ class CheckpointRef(_Public):
 
 class JobPublic(_Public):
     id: str
+    tenant: str  # whose job it is
     name: str
     state: JobState
     spec: JobSpec
@@ -66,6 +67,25 @@ class EventPublic(_Public):
     from_state: JobState | None = None
     to_state: JobState
     reason: str = ""
+    workers: int | None = None  # the world size the job holds after it
+
+
+class UsagePublic(_Public):
+    """One tenant's usage over a window."""
+
+    tenant: str
+    worker_seconds: float  # workers held x seconds
+    cpu_seconds: float
+    gpu_seconds: float
+    jobs: dict[str, int]  # final state -> its jobs that ended within the window
+    preemptions: int  # times its jobs were preempted within the window
+
+
+class UsageReport(BaseModel):
+    window_s: float
+    since: datetime
+    until: datetime
+    tenants: list[UsagePublic]
 
 
 class MetricRow(_Public):

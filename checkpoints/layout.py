@@ -73,9 +73,13 @@ class JobLayout:
         validate_name("job", self.job)
 
     @property
+    def prefix(self) -> str:
+        """Everything the platform keeps of the job (checkpoints, exports, ...) is under here."""
+        return f"{self.root.rstrip('/')}/tenants/{self.tenant}/jobs/{self.job}"
+
+    @property
     def checkpoints(self) -> str:
-        base = self.root.rstrip("/")
-        return f"{base}/tenants/{self.tenant}/jobs/{self.job}/checkpoints"
+        return f"{self.prefix}/checkpoints"
 
     def step(self, step: int) -> str:
         return f"{self.checkpoints}/{step_dirname(step)}"

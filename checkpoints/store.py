@@ -205,6 +205,15 @@ class CheckpointStore:
                 self.fs.rm(path, recursive=recursive)
         self.fs.invalidate_cache(self.layout.step(step))
 
+    def remove_job(self) -> None:
+        """Remove everything stored under the job's prefix: its checkpoints
+        (each un-committed first), then the rest (exports, tracking files)."""
+        for step in self.steps():
+            self.delete_step(step)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self.layout.prefix, recursive=True)
+        self.fs.invalidate_cache(self.layout.prefix)
+
     def retain(self, keep_last: int) -> list[int]:
         """Delete all but the newest `keep_last` committed steps. Run it after a
         commit: with keep_last=1 the new step is committed before the old goes."""

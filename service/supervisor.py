@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from datetime import datetime, timedelta
 
 from checkpoints import CheckpointStore, CheckpointTarget
 from service.admission import Admission
@@ -26,12 +28,16 @@ from service.scheduling import Demand, RestartPolicy
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
-from service.store import JobNotFound, JobRecord, JobStore
+from service.store import JobNotFound, JobRecord, JobStore, JobUnfinished, UnexpectedState
+from service.store.models import utcnow
+from service.store.tenants import ADMIN_TENANT
+from service.usage import TenantUsage, usage_by_tenant
 from workers.errors import CapacityError, RankError, WorkerGroupError
 from workers.group import WorkerGroup
 from workers.spec import JobSpec, SpecError
 
 logger = logging.getLogger(__name__)
+RETENTION_SWEEP_S = 60.0  # how often finished jobs past their retention are looked for
 
 
 class Supervisor:
@@ -68,18 +74,28 @@ class Supervisor:
         return job, created
 
     def cancel(self, tenant: str, job_id: str) -> JobRecord:
+        """Idempotent: a job cancelled (or being cancelled) already is answered as it is."""
         job = self._job(tenant, job_id)
-        if job.state in (S.QUEUED, S.SUSPENDED):
-            return self.store.transition(job_id, S.CANCELLED, reason="cancelled by the user",
+        by = _who(tenant)
+        try:
+            if job.state in (S.CANCELLING, S.CANCELLED):
+                return job
+            if job.state in (S.QUEUED, S.SUSPENDED):
+                return self.store.transition(job_id, S.CANCELLED, reason=f"cancelled by {by}",
+                                             expect=job.state)
+            return self.store.transition(job_id, S.CANCELLING, reason=f"cancel requested by {by}",
                                          expect=job.state)
-        return self.store.transition(job_id, S.CANCELLING, reason="cancel requested by the user",
-                                     expect=job.state)
+        except UnexpectedState:  # it moved meanwhile: maybe a cancel that won the race
+            now = self._job(tenant, job_id)
+            if now.state in (S.CANCELLING, S.CANCELLED):
+                return now
+            raise
 
     def suspend(self, tenant: str, job_id: str) -> JobRecord:
         job = self._job(tenant, job_id)
         return self.store.transition(
             job_id, S.SUSPENDING, expect=job.state,
-            reason="suspend requested by the user: checkpoint, then stop",
+            reason=f"suspend requested by {_who(tenant)}: checkpoint, then stop",
         )
 
     def resume(self, tenant: str, job_id: str, workers: int | None = None) -> JobRecord:
@@ -87,11 +103,55 @@ class Supervisor:
         if workers is not None:
             job.spec.check_world_size(workers)
             self._check_fits(job.spec, workers)
-        reason = "resumed by the user" + (f" at {workers} workers" if workers else "")
+        reason = f"resumed by {_who(tenant)}" + (f" at {workers} workers" if workers else "")
         job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
                                     requested_workers=workers, queue_quota=job.tenant)
         self._wake.set()
         return job
+
+    def delete(self, tenant: str, job_id: str) -> JobRecord:
+        """Remove a finished job: its storage (checkpoints, exports) first, so
+        that a failure there leaves the record to delete again, then the
+        record and its history. `JobUnfinished` while it runs or waits."""
+        job = self._job(tenant, job_id)
+        if not job.state.is_terminal:
+            raise JobUnfinished(job_id, job.state)
+        self._checkpoint_store(job).remove_job()
+        removed = self.store.delete_job(job_id)
+        logger.info("job %s of tenant %s deleted by %s", job_id, job.tenant, _who(tenant))
+        return removed
+
+    def sweep_finished(self, now: datetime | None = None) -> list[str]:
+        """Delete the jobs that finished more than `job_retention_days` ago;
+        their ids. A job that cannot be deleted now is logged and tried again
+        at the next sweep."""
+        days = self.settings.job_retention_days
+        if days is None:
+            return []
+        cutoff = (now or utcnow()) - timedelta(days=days)
+        removed = []
+        for job in self.store.finished_before(cutoff):
+            try:
+                self._checkpoint_store(job).remove_job()
+                self.store.delete_job(job.id)
+            except Exception:
+                logger.exception("job %s: retention could not delete it", job.id)
+                continue
+            logger.info("job %s of tenant %s deleted: finished %s, past the retention of %g days",
+                        job.id, job.tenant, job.finished_at, days)
+            removed.append(job.id)
+        return removed
+
+    def usage(self, tenant: str | None, window_s: float) -> tuple[datetime, datetime, list[TenantUsage]]:
+        """(since, until, each tenant's usage) over the last `window_s` seconds
+        (tenant None: every tenant's, those that used nothing too)."""
+        now = utcnow()
+        since = now - timedelta(seconds=window_s)
+        jobs = [j for j in self.store.jobs_changed_since(since, ACTIVE)
+                if tenant is None or j.tenant == tenant]
+        events = self.store.events_of(j.id for j in jobs)
+        names = [tenant] if tenant else [t.name for t in self.store.tenants.list()]
+        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names).values())
 
     def workers(self, tenant: str, job_id: str) -> list[dict]:
         self._job(tenant, job_id)
@@ -173,11 +233,18 @@ class Supervisor:
         self._wake.set()
 
     def _loop(self) -> None:
+        next_sweep = 0.0
         while not self._stopping.is_set():
             try:
                 self._admit()
             except Exception:
                 logger.exception("admission pass failed")
+            if self.settings.job_retention_days is not None and time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + RETENTION_SWEEP_S
+                try:
+                    self.sweep_finished()
+                except Exception:
+                    logger.exception("retention sweep failed")
             self._wake.wait(self.settings.poll_interval_s)
             self._wake.clear()
 
@@ -247,7 +314,8 @@ class Supervisor:
     # -- helpers ------------------------------------------------------------------
 
     def _job(self, tenant: str, job_id: str) -> JobRecord:
-        job = self.store.get_job(job_id, tenant=tenant)
+        """The job, if `tenant` may reach it: its own, or any for the admin."""
+        job = self.store.get_job(job_id, tenant=None if tenant == ADMIN_TENANT else tenant)
         if job is None:
             raise JobNotFound(job_id)
         return job
@@ -257,3 +325,8 @@ class Supervisor:
         why = never_fits(workers, res.cpu, res.gpu, spec.placement)
         if why:
             raise CapacityError(f"{why}: the job could never start")
+
+
+def _who(tenant: str) -> str:
+    """Who asked, as an event names them."""
+    return "the admin" if tenant == ADMIN_TENANT else "the user"

@@ -22,6 +22,7 @@ from api.schemas import (
     WorkerPublic,
 )
 from service.states import JobState
+from service.store.tenants import ADMIN_TENANT
 
 MAX_PAGE = 500
 MAX_INDEX = 2**62  # offsets, steps and ids stay inside a database's BIGINT
@@ -65,8 +66,13 @@ def list_jobs(
     state: Annotated[list[str] | None, Query(description="repeated or comma-separated")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Index = 0,
+    of_tenant: Annotated[str | None, Query(
+        alias="tenant", max_length=128,
+        description="the admin: only this tenant's jobs (default: every tenant's)")] = None,
 ) -> JobsPublic:
-    items, total = store.list_jobs(tenant=tenant, states=parse_states(state), limit=limit, offset=offset)
+    """A tenant's own jobs; for the admin key, every tenant's (or `tenant`'s)."""
+    owner = listed_tenant(tenant, of_tenant)
+    items, total = store.list_jobs(tenant=owner, states=parse_states(state), limit=limit, offset=offset)
     return JobsPublic(items=[JobPublic.model_validate(j) for j in items],
                       total=total, limit=limit, offset=offset)
 
@@ -80,6 +86,14 @@ def get_job(job: OwnedJob, supervisor: SupervisorDep) -> JobPublic:
 @router.post("/{job_id}/cancel")
 def cancel_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> JobPublic:
     return JobPublic.model_validate(supervisor.cancel(tenant, job.id))
+
+
+@router.delete("/{job_id}", status_code=204, response_class=Response)
+def delete_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> Response:
+    """Remove a finished job with its history, checkpoints and exports (409
+    while it is unfinished: cancel it first)."""
+    supervisor.delete(tenant, job.id)
+    return Response(status_code=204)
 
 
 @router.post("/{job_id}/suspend")
@@ -128,6 +142,16 @@ def job_checkpoints(
 @router.get("/{job_id}/workers")
 def job_workers(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[WorkerPublic]:
     return [WorkerPublic.model_validate(w) for w in supervisor.workers(tenant, job.id)]
+
+
+def listed_tenant(caller: str, asked: str | None) -> str | None:
+    """Whose jobs (or usage) a list shows: the caller's own; for the admin,
+    `asked`'s or (None) every tenant's. A tenant naming another is refused."""
+    if caller == ADMIN_TENANT:
+        return asked or None
+    if asked not in (None, "", caller):
+        raise ApiError(403, "tenant: only the admin key may look at another tenant's jobs", "tenant")
+    return caller
 
 
 def parse_states(values: list[str] | None) -> list[JobState] | None:

@@ -3,6 +3,7 @@
 from service.store.errors import (
     ConcurrentUpdate,
     JobNotFound,
+    JobUnfinished,
     QuotaExceeded,
     TenantBusy,
     TenantExists,
@@ -17,6 +18,7 @@ __all__ = [
     "EventRecord",
     "JobNotFound",
     "JobRecord",
+    "JobUnfinished",
     "JobStore",
     "LogRecord",
     "QuotaExceeded",

@@ -28,6 +28,15 @@ class UnexpectedState(IllegalTransition):
         )
 
 
+class JobUnfinished(RuntimeError):
+    """A job is deleted only once it has finished (cancel it and wait)."""
+
+    def __init__(self, job_id: str, state: JobState):
+        self.job_id, self.state = job_id, state
+        super().__init__(f"job {job_id} is {state.value}: only a finished job (SUCCEEDED, "
+                         "FAILED or CANCELLED) is deleted; cancel it and wait for it to end first")
+
+
 class ConcurrentUpdate(RuntimeError):
     """A transition lost its compare-and-set to other writers too many times in a row."""
 

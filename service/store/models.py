@@ -145,12 +145,14 @@ class JobEvent(_JobHistory, Base):
     from_state: Mapped[str | None] = mapped_column(String(STATE_LENGTH))
     to_state: Mapped[str] = mapped_column(String(STATE_LENGTH))
     reason: Mapped[str] = mapped_column(Text)
+    # the world size the job holds after this event; None: no workers (0003)
+    workers: Mapped[int | None] = mapped_column(Integer)
 
     def to_record(self) -> EventRecord:
         return EventRecord(
             id=self.id, job_id=self.job_id, time=self.time,
             from_state=None if self.from_state is None else JobState(self.from_state),
-            to_state=JobState(self.to_state), reason=self.reason,
+            to_state=JobState(self.to_state), reason=self.reason, workers=self.workers,
         )
 
 

@@ -77,6 +77,7 @@ class EventRecord:
     from_state: JobState | None  # None for the creation event
     to_state: JobState
     reason: str
+    workers: int | None = None  # the world size held after it; None: no workers
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Select, func, insert, or_, select, update
+from sqlalchemy import Select, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
@@ -27,9 +27,15 @@ from sqlalchemy.orm import Session
 from checkpoints.manifest import finite
 from service.log_text import printable
 from service.scheduling import Demand, QuotaPolicy
-from service.states import JobState, check_transition
+from service.states import ACTIVE, TERMINAL, JobState, check_transition
 from service.store.engine import build_engines, normalize_url, transaction
-from service.store.errors import ConcurrentUpdate, JobNotFound, QuotaExceeded, UnexpectedState
+from service.store.errors import (
+    ConcurrentUpdate,
+    JobNotFound,
+    JobUnfinished,
+    QuotaExceeded,
+    UnexpectedState,
+)
 from service.store.models import (
     LOG_LINE_LENGTH,
     Job,
@@ -150,11 +156,14 @@ class JobStore:
         return self._one(query)
 
     def list_jobs(
-        self, *, tenant: str, states: Iterable[JobState] | None = None,
+        self, *, tenant: str | None, states: Iterable[JobState] | None = None,
         limit: int = 50, offset: int = 0,
     ) -> tuple[list[JobRecord], int]:
-        """One page of a tenant's jobs, newest first, and how many there are in all."""
-        query = select(Job).where(Job.tenant == tenant)
+        """One page of a tenant's jobs (tenant None: every tenant's), newest
+        first, and how many there are in all."""
+        query = select(Job)
+        if tenant is not None:
+            query = query.where(Job.tenant == tenant)
         if states is not None:
             query = query.where(Job.state.in_([JobState(s).value for s in states]))
         with self._read() as session:
@@ -170,6 +179,31 @@ class JobStore:
             rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
             found = {JobState(state): count for state, count in rows}
         return {state: found.get(state, 0) for state in JobState}
+
+    def delete_job(self, job_id: str) -> JobRecord:
+        """Remove a finished job and its history (events, metrics, logs);
+        `JobUnfinished` while it is unfinished. Its storage is the caller's."""
+        with self._write() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job is None:
+                raise JobNotFound(job_id)
+            record = job.to_record()
+            if not record.state.is_terminal:
+                raise JobUnfinished(job_id, record.state)
+            session.execute(delete(Job).where(Job.id == job_id),  # history cascades
+                            execution_options={"synchronize_session": False})
+            return record
+
+    def finished_before(self, cutoff: datetime, limit: int = 500) -> list[JobRecord]:
+        """Up to `limit` of every tenant's finished jobs that ended before
+        `cutoff`, oldest first: what a retention sweep removes."""
+        terminal = [s.value for s in TERMINAL]
+        with self._read() as session:
+            jobs = session.scalars(
+                select(Job).where(Job.state.in_(terminal), Job.finished_at < cutoff)
+                .order_by(Job.finished_at, Job.id).limit(limit)
+            )
+            return [job.to_record() for job in jobs]
 
     def jobs_in_states(self, states: Iterable[JobState]) -> list[JobRecord]:
         """Every tenant's jobs in these states, oldest first (first come, first served)."""
@@ -232,8 +266,9 @@ class JobStore:
                 job = self._update(session, job_id, changes, state=current)
                 if job is None:
                     continue  # it moved between our read and our write: look again
+                held = job.workers if to in ACTIVE else None
                 session.add(JobEvent(job_id=job_id, time=now, from_state=current.value,
-                                     to_state=to.value, reason=reason))
+                                     to_state=to.value, reason=reason, workers=held))
                 return job.to_record()
         raise ConcurrentUpdate(job_id, TRANSITION_TRIES)
 
@@ -253,11 +288,13 @@ class JobStore:
         state): what the control plane did to a job in passing, such as
         reattaching to its workers after a restart."""
         with self._write() as session:
-            state = session.execute(select(Job.state).where(Job.id == job_id)).scalar_one_or_none()
-            if state is None:
+            found = session.execute(
+                select(Job.state, Job.workers).where(Job.id == job_id)).one_or_none()
+            if found is None:
                 raise JobNotFound(job_id)
-            session.add(JobEvent(job_id=job_id, time=utcnow(), from_state=state,
-                                 to_state=state, reason=reason))
+            held = found.workers if JobState(found.state) in ACTIVE else None
+            session.add(JobEvent(job_id=job_id, time=utcnow(), from_state=found.state,
+                                 to_state=found.state, reason=reason, workers=held))
 
     def events(self, job_id: str) -> list[EventRecord]:
         """The job's state changes, oldest first (creation included)."""

@@ -101,8 +101,9 @@ def test_a_transition_the_state_does_not_allow_is_409(client, job):
     assert caught.value.status == 409 and "QUEUED" in caught.value.message
     client.cancel(job.id)
     client.wait(job.id, timeout_s=30, poll_s=0.05)
+    assert client.cancel(job.id).state is JobState.CANCELLED  # cancel is idempotent
     with pytest.raises(BrigadeError) as caught:
-        client.cancel(job.id)
+        client.suspend(job.id)
     assert caught.value.status == 409 and "CANCELLED" in caught.value.message
 
 

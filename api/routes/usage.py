@@ -1,0 +1,31 @@
+"""Usage per tenant over a window: what its jobs held (worker-, cpu- and
+gpu-seconds), how many ended in each final state, and the preemptions they
+suffered. A tenant sees its own; the admin every tenant's."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import CurrentTenant, SupervisorDep
+from api.routes.jobs import ERRORS, listed_tenant
+from api.schemas import UsagePublic, UsageReport
+
+MAX_WINDOW_S = 366 * 86400.0
+router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=ERRORS)
+
+
+@router.get("")
+def usage(
+    tenant: CurrentTenant,
+    supervisor: SupervisorDep,
+    window_s: Annotated[float, Query(gt=0, le=MAX_WINDOW_S, allow_inf_nan=False,
+                                     description="the last this many seconds")] = 86400.0,
+    of_tenant: Annotated[str | None, Query(
+        alias="tenant", max_length=128,
+        description="the admin: only this tenant (default: every tenant)")] = None,
+) -> UsageReport:
+    since, until, found = supervisor.usage(listed_tenant(tenant, of_tenant), window_s)
+    return UsageReport(window_s=window_s, since=since, until=until,
+                       tenants=[UsagePublic.model_validate(u) for u in found])
