@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.stateful import Stateful
 
 
@@ -31,3 +36,17 @@ class ModelAndOptimizer(Stateful):
             model_state_dict=state_dict["model"],
             optim_state_dict=state_dict["optim"],
         )
+
+
+class ModelOnly(Stateful):
+    """A model's parameters alone, keyed as `ModelAndOptimizer` keys them
+    (`model.*`): loading it from a full checkpoint reads no optimizer state."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": get_model_state_dict(self.model)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_model_state_dict(self.model, state_dict["model"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoints.exports import ExportStore
 from checkpoints.store import CheckpointStore
 
 
@@ -27,3 +28,15 @@ class CheckpointTarget:
             self.root, tenant=self.tenant, job=self.job, secret=self.secret.encode(),
             storage_options=self.storage_options,
         )
+
+    def open_exports(self) -> ExportStore:
+        """The job's `ExportStore` (torch-free)."""
+        return ExportStore(
+            self.root, tenant=self.tenant, job=self.job, secret=self.secret.encode(),
+            storage_options=self.storage_options,
+        )
+
+    def of_job(self, job: str) -> CheckpointTarget:
+        """The same storage and secret, for another job of the same tenant (an init source)."""
+        return CheckpointTarget(root=self.root, tenant=self.tenant, job=job, secret=self.secret,
+                                storage_options=dict(self.storage_options))

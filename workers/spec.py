@@ -247,8 +247,45 @@ class CheckpointSpec(_Section):
     async_: bool = Field(False, alias="async")  # train on while shards are written
 
 
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class InitSpec(_Section):
+    """Where the initial weights come from (unset: seeded random init).
+    `uri`: a Hugging Face model directory (config.json and model.safetensors,
+    or model.safetensors.index.json and its shards) under the tenant's data
+    prefix; `job`: one of the tenant's own jobs, at its committed `step`
+    (unset: its latest, fixed at submit). From a job, the optimizer state and
+    the data cursor start fresh unless asked."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    job: Annotated[str, Field(pattern=JOB_ID_PATTERN)] | None = None
+    step: Annotated[int, Field(ge=0, le=999_999_999)] | None = None
+    resume_optimizer: bool = False  # job only: AdamW's moments and step count too
+    resume_data: bool = False  # job only: continue its data order from its cursor
+
+    @field_validator("uri")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("init.uri must not contain control characters")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InitSpec:
+        if (self.uri is None) == (self.job is None):
+            raise refusal("uri", "init takes exactly one of init.uri (a Hugging Face model "
+                                 "directory) and init.job (one of this tenant's jobs)")
+        if self.uri is not None:
+            for name in ("step", "resume_optimizer", "resume_data"):
+                if name in self.model_fields_set and getattr(self, name):
+                    raise refusal(name, f"init.{name} is used with init.job, not init.uri",
+                                  getattr(self, name))
+        return self
+
+
 # What determines the loss curve: the checkpoint's config hash covers these.
-CURVE_SECTIONS = ("model", "data", "train", "sharding")
+CURVE_SECTIONS = ("model", "data", "train", "sharding", "init")
 
 
 class JobSpec(_Section):
@@ -261,6 +298,7 @@ class JobSpec(_Section):
     train: TrainSpec
     sharding: ShardingSpec = Field(default_factory=ShardingSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    init: InitSpec | None = None  # initial weights: a Hugging Face directory or a job's checkpoint
     max_restarts: Annotated[int, Field(ge=0, le=100)] = DEFAULT_MAX_RESTARTS
     # how the ranks spread over Ray's nodes: PACK (fewest nodes) or SPREAD (one a node where it can)
     placement: Literal["PACK", "SPREAD"] = "PACK"
@@ -286,6 +324,9 @@ class JobSpec(_Section):
             raise refusal("sharding.blocks_per_unit", "sharding.blocks_per_unit must be in "
                           f"1..model.n_layers ({self.model.n_layers}), got "
                           f"{self.sharding.blocks_per_unit}", self.sharding.blocks_per_unit)
+        if self.init is not None and self.init.uri is not None and self.model.family != "llama":
+            raise refusal("init.uri", "init.uri reads Hugging Face Llama weights: it needs "
+                          f"model.family 'llama', not {self.model.family!r}", self.init.uri)
         if not self.world_sizes():
             field, message = self.world_size_problem(self.min_workers) or ("workers", "")
             raise refusal(field, message)
@@ -338,6 +379,8 @@ class JobSpec(_Section):
         """A stable hash of what determines the loss curve (not the world
         size, not the checkpoint policy, not scheduling)."""
         curve = self.model_dump(mode="json", include=set(CURVE_SECTIONS))
+        if self.init is None:  # the hash of a job without init is what it was before init
+            curve.pop("init", None)
         if self.model.family != "llama":  # a GPT's hash is what it was before llama's fields
             for name in LLAMA_FIELDS:
                 curve["model"].pop(name)

@@ -102,6 +102,13 @@ class Trainer:
             self.checkpoints = TrainerCheckpoints(checkpoint, config.checkpoint)
             loaded = self.checkpoints.resume(self)
             self.resumed_from = None if loaded is None else loaded.step
+        # Initial weights from elsewhere, on a fresh start only: a resumed job
+        # continues from its own checkpoint (workers/init_weights.py).
+        self.initialised_from: str | None = None
+        if config.init is not None and self.resumed_from is None:
+            from workers.init_weights import initialise
+
+            self.initialised_from = initialise(self, config.init, checkpoint)
 
     def _comm_theory(self) -> float:
         sh = self.config.sharding

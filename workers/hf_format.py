@@ -1,0 +1,146 @@
+"""A model spec as Hugging Face sees it: its tensors' names and shapes and
+its `config.json`. Torch-free (the API checks an `init.uri` against a job's
+model with it, from the safetensors headers alone).
+
+Brigade's Llama names its parameters exactly as `LlamaForCausalLM` does
+(workers/models/llama.py), so a name here is a name in both; a tied head
+(`tie_word_embeddings`) has no `lm_head.weight` of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from workers.spec import ModelSpec
+
+HF_ARCHITECTURE = {"llama": "LlamaForCausalLM"}
+# Buffers some older Hugging Face files carry beside the weights: not parameters.
+IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+# What of a GPT model fixes its tensors' shapes (its position table follows seq_len).
+GPT_SHAPE_FIELDS = ("n_layers", "d_model", "seq_len", "vocab_size", "mlp_ratio")
+
+
+class NoHuggingFaceArchitecture(ValueError):
+    """A model with no Hugging Face architecture to import from or export to."""
+
+
+def tensor_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """Every parameter of the model `model` builds, by its Hugging Face name."""
+    if model.family not in HF_ARCHITECTURE:
+        raise NoHuggingFaceArchitecture(
+            f"model.family {model.family!r} has no Hugging Face architecture "
+            f"(those that do: {', '.join(HF_ARCHITECTURE)})")
+    d, v, f = model.d_model, model.vocab_size, model.ffn_width
+    head_dim = d // model.n_heads
+    q, kv = model.n_heads * head_dim, model.kv_heads * head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, d)}
+    for i in range(model.n_layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (d,),
+            p + "self_attn.q_proj.weight": (q, d),
+            p + "self_attn.k_proj.weight": (kv, d),
+            p + "self_attn.v_proj.weight": (kv, d),
+            p + "self_attn.o_proj.weight": (d, q),
+            p + "post_attention_layernorm.weight": (d,),
+            p + "mlp.gate_proj.weight": (f, d),
+            p + "mlp.up_proj.weight": (f, d),
+            p + "mlp.down_proj.weight": (d, f),
+        }
+        if model.qkv_bias:
+            shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                       p + "self_attn.v_proj.bias": (kv,)}
+    shapes["model.norm.weight"] = (d,)
+    if not model.tie_embeddings:
+        shapes["lm_head.weight"] = (v, d)
+    return shapes
+
+
+def weights_mismatch(model: ModelSpec, found: Mapping[str, Sequence[int]]) -> tuple[str, str] | None:
+    """(tensor, why) the first way the tensors `found` (name -> shape) do
+    not fit `model`; None if every parameter is there with its shape."""
+    expected = tensor_shapes(model)
+    for name, shape in expected.items():
+        if name not in found:
+            return name, f"tensor {name} is missing from the weights"
+        if tuple(found[name]) != shape:
+            return name, (f"tensor {name} has shape {list(found[name])} in the weights, "
+                          f"the job's model has {list(shape)}")
+    for name in sorted(found):
+        if name in expected or name.endswith(IGNORED_SUFFIXES):
+            continue
+        if name == "lm_head.weight" and model.tie_embeddings:
+            continue  # a tied head saved anyway: the embedding is the one read
+        return name, f"tensor {name} of the weights is not a parameter of the job's model"
+    return None
+
+
+def model_mismatch(model: ModelSpec, source: ModelSpec) -> str | None:
+    """Why the parameters of a job with model `source` cannot initialise `model`, or None."""
+    if model.family != source.family:
+        return f"model.family is {model.family!r}, the source job's is {source.family!r}"
+    if model.family in HF_ARCHITECTURE:
+        found = tensor_shapes(source)
+        problem = weights_mismatch(model, found)
+        return None if problem is None else problem[1].replace("the weights", "the source job")
+    for name in GPT_SHAPE_FIELDS:
+        if getattr(model, name) != getattr(source, name):
+            return (f"model.{name} is {getattr(model, name)}, the source job's is "
+                    f"{getattr(source, name)}")
+    return None
+
+
+def hf_config(model: ModelSpec, dtype: str) -> dict[str, Any]:
+    """`config.json` of the model, for `transformers`' `from_pretrained`."""
+    if model.family not in HF_ARCHITECTURE:
+        tensor_shapes(model)  # raises, naming the family
+    if model.qkv_bias:
+        raise NoHuggingFaceArchitecture(
+            "model.qkv_bias: LlamaForCausalLM's attention_bias also puts a bias on o_proj, "
+            "which this model has not; no export for it yet")
+    return {
+        "architectures": [HF_ARCHITECTURE[model.family]],
+        "model_type": model.family,
+        "vocab_size": model.vocab_size,
+        "hidden_size": model.d_model,
+        "intermediate_size": model.ffn_width,
+        "num_hidden_layers": model.n_layers,
+        "num_attention_heads": model.n_heads,
+        "num_key_value_heads": model.kv_heads,
+        "head_dim": model.d_model // model.n_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": model.seq_len,
+        "rms_norm_eps": model.norm_eps,
+        "rope_parameters": {"rope_theta": model.rope_theta, "rope_type": "default"},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "tie_word_embeddings": model.tie_embeddings,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "dtype": dtype,
+    }
+
+
+# config.json's keys that change the forward without changing a shape, and the spec's fields.
+CONFIG_FIELDS = (("rope_theta", "rope_theta"), ("rms_norm_eps", "norm_eps"),
+                 ("tie_word_embeddings", "tie_embeddings"))
+
+
+def config_mismatch(model: ModelSpec, config: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(spec field, why) a Hugging Face config.json describes another model
+    than `model` where the shapes cannot tell (rotary base, norm epsilon,
+    tied head, activation); None if it agrees."""
+    if config.get("hidden_act", "silu") != "silu":
+        return "model.family", f"config.json's hidden_act is {config['hidden_act']!r}, not 'silu'"
+    rope = config.get("rope_parameters") or {}  # transformers 5; before, rope_theta at the top
+    if config.get("rope_scaling") or rope.get("rope_type", "default") != "default":
+        return "model.rope_theta", ("config.json scales its rotary embeddings (rope_scaling / "
+                                    "rope_type), which Brigade's Llama does not do")
+    config = {**config, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {})}
+    for key, name in CONFIG_FIELDS:
+        if key in config and config[key] != getattr(model, name):
+            return f"model.{name}", (f"model.{name} is {getattr(model, name)!r}, the weights' "
+                                     f"config.json says {key} {config[key]!r}")
+    return None
