@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 from api import access_log
 from api.body_limit import BodySizeLimit
+from api.dashboard import install_dashboard
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
 from api.routes import cluster, health, jobs, logs, tenants, usage
@@ -17,12 +18,14 @@ def create_app(supervisor) -> FastAPI:
     """The app for this supervisor: its store, its settings, its admin key."""
     settings = supervisor.settings
     app = FastAPI(title="Brigade", version="0.1.0",
-                  description="Multi-tenant FSDP2 training on Ray.")
+                  description="Multi-tenant FSDP2 training on Ray.",
+                  docs_url=None, redoc_url=None)  # served from the package: api.dashboard
     app.state.supervisor = supervisor
     app.state.admin_key = settings.resolved_admin_key()
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
     for module in (jobs, logs, tenants, cluster, usage, health):
         app.include_router(module.router)
+    install_dashboard(app, supervisor.store, settings)
     install_error_handlers(app)
     access_log.install()
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -2,7 +2,9 @@
 
     CurrentTenant   the tenant whose key is in `Authorization: Bearer <key>`:
                     the admin key is the tenant "admin"; a tenant's key, its name
-                    (each request charged to its rate limit: `api.rate_limit`)
+                    (each request charged to its rate limit: `api.rate_limit`);
+                    or the dashboard's session cookie, with its CSRF token on
+                    a request that changes anything (`api.sessions`)
     require_admin   a route (or router) for the admin key only (403 otherwise)
     SupervisorDep   the control plane (`service.supervisor.Supervisor`)
     StoreDep        its job store
@@ -21,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from api.errors import ApiError, not_found
+from api.sessions import COOKIE, CSRF_HEADER, SAFE_METHODS
 from service.store.tenants import ADMIN_TENANT
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -47,17 +50,47 @@ def _current_tenant(
     store: StoreDep,
 ) -> str:
     """The caller's tenant name, from its key alone (both compared in
-    constant time); the key itself is never logged or echoed."""
+    constant time); the key itself is never logged or echoed. Without a key,
+    the dashboard's session cookie (`api.sessions`) stands for it, and a
+    request that changes anything must then carry the session's CSRF token."""
     presented = credentials.credentials if credentials else ""
     if presented:
-        if hmac.compare_digest(presented.encode(), request.app.state.admin_key.encode()):
-            return _within_rate(request, ADMIN_TENANT)
-        tenant = store.tenants.tenant_for_key(presented)
-        if tenant is not None:
-            return _within_rate(request, tenant.name)
+        tenant_name = tenant_for_key(request, store, presented)
+        if tenant_name is not None:
+            return _within_rate(request, tenant_name)
+    elif (session_id := request.cookies.get(COOKIE)) is not None:
+        return _within_rate(request, _session_tenant(request, session_id))
     message = "missing API key" if not credentials else "invalid API key"
     raise HTTPException(401, f"{message}: send 'Authorization: Bearer <key>'",
                         headers={"WWW-Authenticate": "Bearer"})
+
+
+def tenant_for_key(request: Request, store, key: str) -> str | None:
+    """The tenant whose API key this is (the admin's: "admin"), or None."""
+    if hmac.compare_digest(key.encode(), request.app.state.admin_key.encode()):
+        return ADMIN_TENANT
+    tenant = store.tenants.tenant_for_key(key)
+    return None if tenant is None else tenant.name
+
+
+def _session_tenant(request: Request, session_id: str) -> str:
+    sessions = request.app.state.sessions
+    tenant = sessions.tenant_of(session_id)
+    if tenant is None:
+        raise HTTPException(401, "session expired or ended: sign in again",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if request.method not in SAFE_METHODS and not sessions.csrf_ok(
+            session_id, request.headers.get(CSRF_HEADER, "")):
+        raise ApiError(403, f"forbidden: a request made with the session cookie needs this "
+                            f"session's CSRF token in the {CSRF_HEADER} header", CSRF_HEADER)
+    return tenant
+
+
+def page_session(request: Request) -> tuple[str, str] | None:
+    """(tenant, session id) of a dashboard page's live session, or None."""
+    session_id = request.cookies.get(COOKIE)
+    tenant = request.app.state.sessions.tenant_of(session_id) if session_id else None
+    return None if tenant is None or session_id is None else (tenant, session_id)
 
 
 def _within_rate(request: Request, tenant: str) -> str:

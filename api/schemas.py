@@ -149,6 +149,7 @@ class QueuedJob(_Public):
     id: str
     name: str
     position: int  # 1: the next to start
+    waiting: str | None = None  # why it did not start at the latest scheduling pass
 
 
 class ClusterPublic(_Public):
@@ -230,3 +231,54 @@ class ErrorPublic(BaseModel):
     """Every error the API returns, whatever the status."""
 
     error: ErrorBody
+
+
+class SeriesPublic(BaseModel):
+    """One metric over steps, downsampled (`api.downsample`)."""
+
+    step: list[int]
+    value: list[float]
+
+
+class StepMark(BaseModel):
+    """Where an attempt began on a job's curves: after a restart, a preemption
+    or a suspend (`recovered_from` None)."""
+
+    step: int
+    kind: str  # "restart" | "preemption" | "resume"
+
+
+class JobSeriesPublic(BaseModel):
+    rows: int  # the job's metrics rows
+    points: int  # the most points per series asked for
+    series: dict[str, SeriesPublic]  # each numeric metric that has values
+    marks: list[StepMark]
+
+
+class TenantSharePublic(_Public):
+    tenant: str
+    weight: float
+    quota: TenantQuota
+    running_jobs: int
+    queued_jobs: int
+    workers: int
+    cpu: float
+    gpu: float
+    share_now: float  # dominant share of the cluster held now, 0..1
+    entitled: float  # weight over the weights of the tenants wanting something now
+    service: float  # dominant share-seconds over the fair-share window (latest pass)
+
+
+class TenantSharesPublic(BaseModel):
+    items: list[TenantSharePublic]
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    api_key: Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class SessionPublic(BaseModel):
+    tenant: str
+    expires_in_s: float

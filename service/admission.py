@@ -49,6 +49,7 @@ class Admission:
         self.preemption = PreemptionPolicy()
         self.history = ServiceHistory(settings.fair_share_window_s)
         self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
+        self.service: dict[str, float] = {}  # tenant -> its fair-share service (the last pass)
         # Per job, worked out once: what it asks for (its valid world sizes).
         self._parsed: dict[str, Demand] = {}
         self._parsed_lock = threading.Lock()
@@ -86,9 +87,10 @@ class Admission:
         queued = {job.id: self._queued(job) for job in queued_records}
         expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
         self.scheduler.horizon_s = expected
-        decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity,
-                                        self.history.owed(total, now, expected))
+        owed = self.history.owed(total, now, expected)
+        decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity, owed)
         self.waiting = dict(decision.waiting)
+        self.service = dict(owed)
         records = {job.id: job for job in active + queued_records}
         started = self._start(decision.start, records)
         just_started = [self._running(job) for job in started]

@@ -19,12 +19,13 @@ from datetime import datetime, timedelta
 from checkpoints import CheckpointStore, CheckpointTarget
 from service.admission import Admission
 from service.data_access import check_data_uri
+from service.fair_share_view import TenantShare, tenant_shares
 from service.launch import group_name, launch_group
 from service.lifecycle import GroupOutcome
 from service.log_text import printable
 from service.ray_cluster import cluster_capacity, live_node_count, never_fits
 from service.runner import ControlPlane, JobRunner
-from service.scheduling import Demand, RestartPolicy
+from service.scheduling import Demand, Resources, RestartPolicy
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
@@ -187,6 +188,16 @@ class Supervisor:
     def waiting_reason(self, job_id: str) -> str | None:
         """Why a queued job did not start at the latest scheduling pass."""
         return self.admission.waiting.get(job_id)
+
+    def fair_shares(self) -> list[TenantShare]:
+        """Each tenant's weight, entitled share, what it holds now and its
+        quota use (`service.fair_share_view`), as of the latest pass."""
+        active = self.store.jobs_in_states(ACTIVE)
+        return tenant_shares(
+            self.store.tenants.list(), active, self.store.jobs_in_states([S.QUEUED]),
+            {job.id: self.admission.held([job]) for job in active},
+            Resources(**cluster_capacity()), self.admission.service,
+        )
 
     # -- checkpoints ------------------------------------------------------------
 

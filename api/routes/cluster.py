@@ -16,7 +16,7 @@ def cluster_status(tenant: CurrentTenant, supervisor: SupervisorDep) -> ClusterP
     """Other tenants' queued jobs count, but are not named."""
     status = supervisor.cluster_status()
     queue = status["queue"]
-    own = [QueuedJob(id=q["id"], name=q["name"], position=place)
+    own = [QueuedJob(id=q["id"], name=q["name"], position=place, waiting=q["waiting"])
            for place, q in enumerate(queue, start=1) if q["tenant"] == tenant]
     return ClusterPublic(capacity=status["capacity"], usage=status["usage"],
                          running_jobs=status["running_jobs"], queued_jobs=len(queue), queue=own)

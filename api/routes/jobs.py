@@ -66,13 +66,15 @@ def list_jobs(
     state: Annotated[list[str] | None, Query(description="repeated or comma-separated")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Index = 0,
+    name: Annotated[str | None, Query(max_length=128, description="jobs whose name contains this")] = None,
     of_tenant: Annotated[str | None, Query(
         alias="tenant", max_length=128,
         description="the admin: only this tenant's jobs (default: every tenant's)")] = None,
 ) -> JobsPublic:
     """A tenant's own jobs; for the admin key, every tenant's (or `tenant`'s)."""
     owner = listed_tenant(tenant, of_tenant)
-    items, total = store.list_jobs(tenant=owner, states=parse_states(state), limit=limit, offset=offset)
+    items, total = store.list_jobs(tenant=owner, states=parse_states(state), limit=limit,
+                                   offset=offset, name=name)
     return JobsPublic(items=[JobPublic.model_validate(j) for j in items],
                       total=total, limit=limit, offset=offset)
 

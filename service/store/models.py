@@ -200,3 +200,18 @@ class Tenant(Base):
             id=self.id, name=self.name, quota=dict(self.quota), max_priority=self.max_priority,
             weight=self.weight, created_at=self.created_at, updated_at=self.updated_at,
         )
+
+
+class DashboardSession(Base):
+    """A web dashboard sign-in (`service.store.sessions`): the sha256 of the
+    session id (the cookie's value is never stored), whose it is, and a
+    reference to the key it signed in with, so that a rotated key ends it."""
+
+    __tablename__ = "dashboard_sessions"
+    __table_args__ = (Index(None, "expires_at"),)
+
+    id_hash: Mapped[str] = mapped_column(String(KEY_HASH_LENGTH), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH))
+    key_ref: Mapped[str] = mapped_column(String(KEY_HASH_LENGTH))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

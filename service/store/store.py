@@ -46,6 +46,7 @@ from service.store.models import (
     utcnow,
 )
 from service.store.records import EventRecord, JobRecord, LogRecord
+from service.store.sessions import SessionStore
 from service.store.tenants import TenantStore, tenant_policy
 from workers.spec import JobSpec
 
@@ -81,6 +82,7 @@ class JobStore:
         self.url = normalize_url(url)
         self._reader, self._writer = build_engines(self.url)
         self.tenants = TenantStore(self._reader, self._writer)
+        self.sessions = SessionStore(self._reader, self._writer)
 
     @property
     def dialect(self) -> str:
@@ -157,7 +159,7 @@ class JobStore:
 
     def list_jobs(
         self, *, tenant: str | None, states: Iterable[JobState] | None = None,
-        limit: int = 50, offset: int = 0,
+        limit: int = 50, offset: int = 0, name: str | None = None,
     ) -> tuple[list[JobRecord], int]:
         """One page of a tenant's jobs (tenant None: every tenant's), newest
         first, and how many there are in all."""
@@ -166,6 +168,8 @@ class JobStore:
             query = query.where(Job.tenant == tenant)
         if states is not None:
             query = query.where(Job.state.in_([JobState(s).value for s in states]))
+        if name:  # a part of the job's name, taken literally (no wildcards)
+            query = query.where(Job.name.contains(name, autoescape=True))
         with self._read() as session:
             total = session.scalars(select(func.count()).select_from(query.subquery())).one()
             page = session.scalars(

@@ -1,0 +1,26 @@
+"""The web dashboard and the API's own docs, in the same process as the API:
+pages (`api.routes.ui`), the JSON they read beside the REST API
+(`api.routes.series`, `api.routes.fair_share`), Swagger UI and ReDoc
+(`api.routes.docs`), and every asset from the package (`api/ui/static`: no
+CDN, no build step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from api.routes import docs, fair_share, series, ui
+from api.sessions import DashboardSessions
+
+UI_DIR = Path(__file__).resolve().with_name("ui")
+STATIC_URL = "/ui/static"
+
+
+def install_dashboard(app: FastAPI, store, settings) -> None:
+    app.state.sessions = DashboardSessions(store, settings.resolved_secret(),
+                                           app.state.admin_key, settings.session_ttl_s)
+    for module in (series, fair_share, ui, docs):
+        app.include_router(module.router)
+    app.mount(STATIC_URL, StaticFiles(directory=UI_DIR / "static"), name="ui-static")

@@ -1,0 +1,94 @@
+"use strict";
+// Line charts drawn as SVG, no library: each series a polyline over steps,
+// with vertical marks where an attempt began (a restart, a preemption, a
+// resume). The polyline's data-points attribute says how many points it drew.
+const Chart = (() => {
+  const NS = "http://www.w3.org/2000/svg";
+  const W = 560, H = 240, M = {l: 64, r: 14, t: 12, b: 30};
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    return node;
+  }
+
+  function ticks(lo, hi, n) {
+    if (!(hi > lo)) return [lo];
+    const step0 = (hi - lo) / n;
+    const mag = Math.pow(10, Math.floor(Math.log10(step0)));
+    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= step0) || step0;
+    const out = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(v);
+    return out;
+  }
+
+  // figure: the <figure> to draw into; lines: [{name, key, data: {step, value}, cls, dashed}]
+  function draw(figure, title, lines, marks, format) {
+    figure.replaceChildren();
+    const caption = document.createElement("figcaption");
+    caption.textContent = title;
+    figure.append(caption);
+    const present = lines.filter((l) => l.data && l.data.step.length);
+    const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, role: "img",
+      "aria-label": `${title}: ` + (present.map((l) => `${l.name}, ${l.data.step.length} points`).join("; ") || "no data yet")});
+    figure.append(root);
+    if (!present.length) {
+      const t = svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle", class: "axis-label"});
+      t.textContent = "no data yet";
+      root.append(t);
+      return;
+    }
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const l of present) {
+      for (const s of l.data.step) { x0 = Math.min(x0, s); x1 = Math.max(x1, s); }
+      for (const v of l.data.value) { y0 = Math.min(y0, v); y1 = Math.max(y1, v); }
+    }
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 === y0) { y0 -= Math.abs(y0) * 0.05 || 1; y1 += Math.abs(y1) * 0.05 || 1; }
+    const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
+    const sx = (x) => M.l + (x - x0) / (x1 - x0) * (W - M.l - M.r);
+    const sy = (y) => H - M.b - (y - y0) / (y1 - y0) * (H - M.t - M.b);
+    const grid = svg("g", {class: "grid"});
+    for (const v of ticks(y0, y1, 4)) {
+      grid.append(svg("line", {x1: M.l, x2: W - M.r, y1: sy(v), y2: sy(v)}));
+      const t = svg("text", {x: M.l - 6, y: sy(v) + 4, "text-anchor": "end", class: "axis-label"});
+      t.textContent = format(v);
+      grid.append(t);
+    }
+    for (const v of ticks(x0, x1, 6)) {
+      const t = svg("text", {x: sx(v), y: H - M.b + 16, "text-anchor": "middle", class: "axis-label"});
+      t.textContent = String(Math.round(v));
+      grid.append(t);
+    }
+    const xl = svg("text", {x: W - M.r, y: H - 2, "text-anchor": "end", class: "axis-label"});
+    xl.textContent = "step";
+    grid.append(xl);
+    root.append(grid);
+    for (const m of marks || []) {
+      if (m.step < x0 || m.step > x1) continue;
+      const g = svg("g", {class: `mark mark-${m.kind}`, "data-step": m.step, "data-kind": m.kind});
+      g.append(svg("line", {x1: sx(m.step), x2: sx(m.step), y1: M.t, y2: H - M.b}));
+      const t = svg("text", {x: sx(m.step) + 3, y: M.t + 10, class: "mark-label"});
+      t.textContent = m.kind;
+      g.append(t);
+      root.append(g);
+    }
+    for (const l of present) {
+      const pts = l.data.step.map((s, i) => `${sx(s).toFixed(1)},${sy(l.data.value[i]).toFixed(1)}`);
+      root.append(svg("polyline", {points: pts.join(" "), class: `line ${l.cls}` + (l.dashed ? " dashed" : ""),
+        "data-series": l.key, "data-points": l.data.step.length}));
+    }
+    const legend = document.createElement("p");
+    legend.className = "legend";
+    for (const l of present) {
+      const item = document.createElement("span");
+      item.className = `key ${l.cls}` + (l.dashed ? " dashed" : "");
+      const last = l.data.value[l.data.value.length - 1];
+      item.textContent = `${l.name}: ${format(last)} (${l.data.step.length} points)`;
+      legend.append(item);
+    }
+    figure.append(legend);
+  }
+
+  return {draw};
+})();

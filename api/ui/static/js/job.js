@@ -1,0 +1,138 @@
+"use strict";
+// A job's page: its curves (downsampled on the server), events, ranks,
+// checkpoints, exports, live log and spec, and the actions. Everything but
+// the log (a server-sent event stream) refreshes every 2 s until the job ends.
+document.addEventListener("DOMContentLoaded", () => {
+  const {api, el, fill, badge, bytes, number, time, show, TERMINAL} = Brigade;
+  const root = document.getElementById("job");
+  const id = root.dataset.jobId;
+  const base = `/v1/jobs/${encodeURIComponent(id)}`;
+  const hasExports = root.dataset.hasExports === "true";
+  const result = document.getElementById("action-result");
+  let job = null;
+
+  function facts(j) {
+    const parts = [
+      `step ${j.step} of ${j.spec.train.steps}`,
+      `workers ${j.workers ?? "-"}`,
+      `restarts ${j.restarts}`, `preemptions ${j.preemptions}`,
+      `priority ${j.priority}`,
+      `created ${time(j.created_at)}`,
+    ];
+    if (j.started_at) parts.push(`started ${time(j.started_at)}`);
+    if (j.finished_at) parts.push(`finished ${time(j.finished_at)}`);
+    if (j.latest_checkpoint) parts.push(`latest checkpoint: step ${j.latest_checkpoint.step} at world size ${j.latest_checkpoint.world_size}`);
+    if (j.waiting) parts.push(`waiting: ${j.waiting}`);
+    return parts.join(" \u00b7 ");
+  }
+
+  function buttons(state) {
+    document.getElementById("suspend").disabled = !["RUNNING", "STARTING"].includes(state);
+    document.getElementById("resume").disabled = state !== "SUSPENDED";
+    document.getElementById("resume-workers").disabled = state !== "SUSPENDED";
+    document.getElementById("cancel").disabled = TERMINAL.has(state) || state === "CANCELLING";
+  }
+
+  async function loadJob() {
+    job = await api("GET", base);
+    document.getElementById("job-state").replaceChildren(badge(job.state));
+    document.getElementById("job-facts").textContent = facts(job);
+    show(document.getElementById("job-error"), job.error ? `error: ${job.error}` : "");
+    const spec = document.getElementById("spec");
+    if (!spec.textContent) spec.textContent = JSON.stringify(job.spec, null, 2);
+    buttons(job.state);
+    const input = document.getElementById("resume-workers");
+    if (!input.placeholder || input.placeholder === "as before") input.placeholder = job.spec.workers.min ?? job.spec.workers;
+  }
+
+  function line(series, key, name, cls, dashed) {
+    return {key, name, cls, dashed, data: series[key]};
+  }
+
+  async function loadSeries() {
+    const s = await api("GET", `${base}/series?points=2000`);
+    const marks = s.marks;
+    const figures = {
+      loss: document.getElementById("chart-loss"),
+      throughput: document.getElementById("chart-throughput"),
+      memory: document.getElementById("chart-memory"),
+      comm: document.getElementById("chart-comm"),
+    };
+    figures.loss.dataset.rows = s.rows;
+    Chart.draw(figures.loss, "Loss", [line(s.series, "loss", "loss", "c1"),
+      line(s.series, "eval_loss", "eval loss", "c2", true)], marks, (v) => number(v, 3));
+    Chart.draw(figures.throughput, "Throughput (tokens/s)",
+      [line(s.series, "tokens_per_s", "tokens/s", "c3")], marks, (v) => number(v));
+    Chart.draw(figures.memory, "Memory per rank: measured peak vs theory (16 B/param / N + the largest unit)",
+      [line(s.series, "peak_mem_bytes", "peak", "c4"), line(s.series, "mem_theory_bytes", "theory", "c5", true)],
+      marks, bytes);
+    Chart.draw(figures.comm, "Bytes moved per step vs the formula",
+      [line(s.series, "comm_bytes", "measured", "c6"), line(s.series, "comm_bytes_theory", "theory", "c5", true)],
+      marks, bytes);
+  }
+
+  async function loadTables() {
+    const [events, checkpoints, workers] = await Promise.all([
+      api("GET", `${base}/events`), api("GET", `${base}/checkpoints`), api("GET", `${base}/workers`)]);
+    fill(document.querySelector("#events tbody"), events.slice().reverse().map((e) => el("tr", {},
+      el("td", {class: "nowrap"}, time(e.time)), el("td", {}, e.from_state ? badge(e.from_state) : "-"),
+      el("td", {}, badge(e.to_state)), el("td", {class: "reason"}, e.reason))), "No events.", 4);
+    fill(document.querySelector("#checkpoints tbody"), checkpoints.slice().reverse().map((c) => el("tr", {},
+      el("td", {class: "num"}, c.step), el("td", {class: "num"}, c.world_size),
+      el("td", {class: "num"}, bytes(c.bytes)), el("td", {}, time(c.created_at)))), "No committed checkpoint yet.", 4);
+    fill(document.querySelector("#workers tbody"), workers.map((w) => el("tr", {},
+      el("td", {class: "num"}, w.rank), el("td", {class: "mono"}, w.node || "-"),
+      el("td", {class: "num"}, w.pid ?? "-"), el("td", {}, w.state))), "No ranks running.", 4);
+    if (hasExports) {
+      const exports = await api("GET", `${base}/exports`);
+      const items = Array.isArray(exports) ? exports : (exports.items || []);
+      fill(document.querySelector("#exports tbody"), items.map((x) => {
+        const name = x.name || x.format || x.id || `step ${x.step}`;
+        const href = x.download_url || x.url || `${base}/exports/${encodeURIComponent(x.id || x.name)}/download`;
+        return el("tr", {}, el("td", {}, name), el("td", {class: "num"}, bytes(x.bytes)),
+          el("td", {}, el("a", {href, download: ""}, "download")));
+      }), "No exports.", 3);
+    }
+  }
+
+  let stop = null;
+  async function refresh() {
+    await loadJob();
+    await Promise.all([loadSeries(), loadTables()]);
+    if (TERMINAL.has(job.state) && stop) stop();
+  }
+  stop = Brigade.every(2000, refresh);
+
+  // The log: server-sent events, resumed by the browser from the last line it got.
+  const log = document.getElementById("log");
+  const logStatus = document.getElementById("log-status");
+  const stream = new EventSource(`${base}/logs?follow=true`);
+  stream.addEventListener("log", (event) => {
+    const lineData = JSON.parse(event.data);
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.append(document.createTextNode(lineData.line + "\n"));
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  });
+  stream.addEventListener("progress", () => { logStatus.textContent = "(live)"; });
+  stream.addEventListener("end", () => { logStatus.textContent = "(the job has ended)"; stream.close(); });
+  stream.addEventListener("error", () => { if (stream.readyState === EventSource.CLOSED) logStatus.textContent = ""; });
+
+  async function act(action, body) {
+    show(result, "");
+    try {
+      await api("POST", `${base}/${action}`, body);
+      result.textContent = `${action}: requested`;
+      if (!stop || TERMINAL.has(job.state)) stop = Brigade.every(2000, refresh);
+      else await refresh();
+    } catch (e) {
+      result.textContent = `${action} refused: ${e.message}`;
+    }
+    result.hidden = false;
+  }
+  document.getElementById("suspend").addEventListener("click", () => act("suspend"));
+  document.getElementById("cancel").addEventListener("click", () => act("cancel"));
+  document.getElementById("resume").addEventListener("click", () => {
+    const n = document.getElementById("resume-workers").value.trim();
+    act("resume", n ? {workers: Number(n)} : {});
+  });
+});

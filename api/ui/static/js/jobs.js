@@ -1,0 +1,69 @@
+"use strict";
+// The jobs page: a filtered, paged list that refreshes its states every 2 s.
+document.addEventListener("DOMContentLoaded", () => {
+  const {api, el, fill, badge, time} = Brigade;
+  const stateFilter = document.getElementById("state-filter");
+  const nameFilter = document.getElementById("name-filter");
+  const pageSize = document.getElementById("page-size");
+  const tbody = document.querySelector("#jobs-table tbody");
+  const summary = document.getElementById("jobs-summary");
+  const prev = document.getElementById("prev-page");
+  const next = document.getElementById("next-page");
+  const pageLabel = document.getElementById("page-label");
+
+  const query = new URLSearchParams(location.search);
+  stateFilter.value = query.get("state") || "";
+  if (stateFilter.value !== (query.get("state") || "")) stateFilter.value = "";
+  nameFilter.value = query.get("name") || "";
+  if (query.get("limit")) pageSize.value = query.get("limit");
+  let offset = Math.max(0, parseInt(query.get("offset") || "0", 10) || 0);
+  let total = 0;
+
+  function params() {
+    const p = new URLSearchParams();
+    if (stateFilter.value) p.set("state", stateFilter.value);
+    if (nameFilter.value.trim()) p.set("name", nameFilter.value.trim());
+    p.set("limit", pageSize.value);
+    p.set("offset", String(offset));
+    return p;
+  }
+
+  async function load() {
+    const p = params();
+    history.replaceState(null, "", "/?" + p.toString());
+    const page = await api("GET", "/v1/jobs?" + p.toString());
+    total = page.total;
+    const rows = page.items.map((job) => el("tr", {"data-job-id": job.id},
+      el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
+        el("div", {class: "muted mono small"}, job.id)),
+      el("td", {}, badge(job.state)),
+      el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}`),
+      el("td", {class: "num"}, job.workers ?? "-"),
+      el("td", {class: "num"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
+      el("td", {}, time(job.created_at)),
+      el("td", {class: "note"}, job.waiting || job.error || ""),
+    ));
+    fill(tbody, rows, "No jobs match.", 7);
+    const limit = page.limit;
+    const first = total ? page.offset + 1 : 0;
+    const last = Math.min(total, page.offset + page.items.length);
+    summary.textContent = `${total} job${total === 1 ? "" : "s"}` +
+      (stateFilter.value || nameFilter.value ? " match" : "") + ".";
+    pageLabel.textContent = `${first}\u2013${last} of ${total}`;
+    prev.disabled = page.offset === 0;
+    next.disabled = page.offset + limit >= total;
+  }
+
+  let timerStop = Brigade.every(2000, load);
+  function reload() { timerStop(); timerStop = Brigade.every(2000, load); }
+  stateFilter.addEventListener("change", () => { offset = 0; reload(); });
+  pageSize.addEventListener("change", () => { offset = 0; reload(); });
+  let typing = null;
+  nameFilter.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { offset = 0; reload(); }, 250);
+  });
+  document.getElementById("filters").addEventListener("submit", (e) => { e.preventDefault(); reload(); });
+  prev.addEventListener("click", () => { offset = Math.max(0, offset - Number(pageSize.value)); reload(); });
+  next.addEventListener("click", () => { offset += Number(pageSize.value); reload(); });
+});
