@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.json_schema import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from workers.families import OPTIONAL_FIELDS, Family, ParamCount, model_family
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_WORKERS = 1024
 MAX_PRIORITY = 1000  # a job's priority, and a tenant's max_priority, lie in 0..MAX_PRIORITY
@@ -83,12 +85,15 @@ class Resources(_Section):
     gpu: Annotated[float, Field(ge=0, le=64)] = 0.0
 
 
-# Fields only the Llama family reads (a `gpt` model that sets one is refused).
+# Fields only the Llama family reads (a family that does not read one refuses it).
 LLAMA_FIELDS = ("n_kv_heads", "ffn_dim", "rope_theta", "tie_embeddings", "norm_eps", "qkv_bias")
+# With `config_uri`, the model's shape comes from the file; a spec may add only these.
+CONFIG_URI_FIELDS = frozenset({"config_uri", "seq_len"})
 
 
 class ModelSpec(_Section):
-    family: Literal["gpt", "llama"] = "gpt"
+    # a registered model family (workers/families.py: the `brigade.models` entry points)
+    family: Annotated[str, Field(min_length=1, max_length=64)] = "gpt"
     n_layers: Annotated[int, Field(ge=1, le=512)] = 2
     d_model: Annotated[int, Field(ge=1, le=65536)] = 64
     n_heads: Annotated[int, Field(ge=1, le=1024)] = 4
@@ -103,27 +108,54 @@ class ModelSpec(_Section):
     tie_embeddings: bool = False  # llama: the LM head shares the token embedding
     norm_eps: Annotated[float, Field(gt=0, le=1)] = 1e-5  # llama: RMSNorm's epsilon
     qkv_bias: bool = False  # llama: biases on q, k, v (Qwen2-style)
+    # A Hugging Face config.json (Llama, Mistral, Qwen2) under the tenant's data
+    # prefix: read at submit and resolved into the fields above
+    # (service/model_config.py); the stored spec holds the fields, not the URI.
+    config_uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+
+    @field_validator("family")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        from workers.families import FamilyNotFound, model_family
+
+        try:
+            model_family(value)
+        except FamilyNotFound as e:
+            raise PydanticCustomError("family", "{reason}", {"reason": str(e)}) from None
+        return value
+
+    @field_validator("config_uri")
+    @classmethod
+    def _printable_uri(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("model.config_uri must not contain control characters")
+        return value
 
     @model_validator(mode="after")
-    def _heads_divide_width(self) -> ModelSpec:
+    def _buildable(self) -> ModelSpec:
+        if self.config_uri is not None:
+            for name in sorted(self.model_fields_set - CONFIG_URI_FIELDS):
+                raise refusal(name, f"model.{name} is read from model.config_uri; with it a "
+                                    "spec may set only model.seq_len", getattr(self, name))
+            return self
         if self.d_model % self.n_heads:
             raise refusal("d_model", f"model.d_model ({self.d_model}) must be divisible by "
                                      f"model.n_heads ({self.n_heads})", self.d_model)
-        if self.family != "llama":
-            for name in LLAMA_FIELDS:
-                if name in self.model_fields_set and getattr(self, name) != type(self).model_fields[
-                        name].default:
-                    raise refusal(name, f"model.{name} is a field of the 'llama' family, not of "
-                                        f"{self.family!r}", getattr(self, name))
-            return self
-        if self.n_heads % self.kv_heads:
-            raise refusal("n_kv_heads", f"model.n_kv_heads ({self.kv_heads}) must divide "
-                                        f"model.n_heads ({self.n_heads})", self.n_kv_heads)
-        if (self.d_model // self.n_heads) % 2:
-            raise refusal("n_heads", f"the head width d_model / n_heads ({self.d_model} / "
-                                     f"{self.n_heads}) must be even for rotary embeddings",
-                          self.n_heads)
+        family = self.family_spec
+        for name in OPTIONAL_FIELDS:
+            if (name not in family.reads and name in self.model_fields_set
+                    and getattr(self, name) != type(self).model_fields[name].default):
+                raise refusal(name, f"model.{name} is not a field of the {self.family!r} family",
+                              getattr(self, name))
+        problem = family.check(self)
+        if problem is not None:
+            raise refusal(problem[0], problem[1], getattr(self, problem[0], None))
         return self
+
+    @property
+    def family_spec(self) -> Family:
+        """The registered family (its builder, the fields it reads, its counts)."""
+        return model_family(self.family)
 
     @property
     def kv_heads(self) -> int:
@@ -133,17 +165,21 @@ class ModelSpec(_Section):
     def ffn_width(self) -> int:
         return self.ffn_dim or self.mlp_ratio * self.d_model
 
+    @property
+    def resolved(self) -> bool:
+        """Whether the fields say the model (False: `config_uri` is still to be read)."""
+        return self.config_uri is None
+
+    def param_count(self) -> ParamCount:
+        """Parameters by FSDP unit, from the spec alone (kept in sync by a test)."""
+        if not self.resolved:
+            raise SpecError("model.config_uri", "model.config_uri has not been resolved into "
+                                                "the model's fields (the service does at submit)")
+        return self.family_spec.count_params(self)
+
     def num_params(self) -> int:
-        """Parameter count of the model this spec builds (kept in sync by a test)."""
-        d, v, s, L, m = self.d_model, self.vocab_size, self.seq_len, self.n_layers, self.mlp_ratio
-        if self.family == "llama":
-            kv_width = self.kv_heads * (d // self.n_heads)
-            attn = 2 * d * d + 2 * d * kv_width + (d + 2 * kv_width if self.qkv_bias else 0)
-            block = attn + 3 * d * self.ffn_width + 2 * d  # q,o,k,v; gate, up, down; 2 RMSNorms
-            head = 0 if self.tie_embeddings else v * d
-            return v * d + L * block + d + head  # embeddings, layers, final norm, head
-        block = 2 * 2 * d + 3 * d * d + d * d + 2 * m * d * d  # 2 LayerNorms, qkv, proj, mlp
-        return v * d + s * d + L * block + 2 * d + v * d  # emb, pos, blocks, ln_f, head
+        """Parameter count of the model this spec builds."""
+        return self.param_count().total
 
 
 class DataSpec(_Section):
@@ -317,10 +353,12 @@ class JobSpec(_Section):
     def _runnable(self) -> JobSpec:
         """The checks that span sections, and some world size in min..max
         that can run the job."""
-        if self.data.source != "synthetic" and self.model.vocab_size < BYTE_VOCAB:
+        # A model still to be read from model.config_uri is checked once resolved.
+        model_known = self.model.resolved
+        if model_known and self.data.source != "synthetic" and self.model.vocab_size < BYTE_VOCAB:
             raise refusal("model.vocab_size", f"model.vocab_size must be >= {BYTE_VOCAB} for "
                           f"byte-level data, got {self.model.vocab_size}", self.model.vocab_size)
-        if self.sharding.blocks_per_unit > self.model.n_layers:
+        if model_known and self.sharding.blocks_per_unit > self.model.n_layers:
             raise refusal("sharding.blocks_per_unit", "sharding.blocks_per_unit must be in "
                           f"1..model.n_layers ({self.model.n_layers}), got "
                           f"{self.sharding.blocks_per_unit}", self.sharding.blocks_per_unit)
@@ -381,6 +419,7 @@ class JobSpec(_Section):
         curve = self.model_dump(mode="json", include=set(CURVE_SECTIONS))
         if self.init is None:  # the hash of a job without init is what it was before init
             curve.pop("init", None)
+        curve["model"].pop("config_uri")  # resolved into the fields by then
         if self.model.family != "llama":  # a GPT's hash is what it was before llama's fields
             for name in LLAMA_FIELDS:
                 curve["model"].pop(name)

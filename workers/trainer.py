@@ -17,12 +17,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from checkpoints import CheckpointTarget
+from workers.build import build_sharded
 from workers.comm import CommCounter, comm_theory_bytes
 from workers.compression import compress_gradients, wire_bytes_per_value
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
-from workers.models import build_model
 from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
 from workers.spec import JobSpec, TrainSpec, split_evenly
 
@@ -62,13 +62,14 @@ class Trainer:
         config.check_world_size(self.world_size)
         self.device = local_device()
 
-        torch.manual_seed(config.train.seed)  # the same initial weights on every rank
-        model = build_model(config.model)
-        self.num_params = sum(p.numel() for p in model.parameters())
+        torch.manual_seed(config.train.seed)
         sh = config.sharding
         self.comm = CommCounter.install()
         self.mesh = build_mesh(sh, self.world_size, self.device.type)
-        self.units = shard_model(model, sh, self.mesh)
+        # Built on the meta device; each rank allocates and fills only its own
+        # shards, the same full weights at any world size (workers/build.py).
+        built = build_sharded(config, self.device, lambda m: shard_model(m, sh, self.mesh))
+        model, self.units, self.num_params = built.model, built.units, built.num_params
         # Error-feedback residuals live in these hooks, not in checkpoints:
         # a resumed run starts them at zero (workers/compression.py).
         self.grad_hooks = compress_gradients(

@@ -61,7 +61,7 @@ MALFORMED = [
     ("d-model-not-divisible", spec("model.d_model", 63), "model.d_model"),
     ("seq-len-one", spec("model.seq_len", 1), "model.seq_len"),
     ("vocab-huge", spec("model.vocab_size", 10**12), "model.vocab_size"),
-    ("family-unknown", spec("model.family", "llama"), "model.family"),
+    ("family-unknown", spec("model.family", "mamba"), "model.family"),
     ("strategy-unknown", spec("sharding.strategy", "zero4"), "sharding.strategy"),
     ("dtype-unknown", spec("sharding.param_dtype", "int8"), "sharding.param_dtype"),
     ("sharding-not-object", spec(sharding="full"), "sharding"),

@@ -1,4 +1,5 @@
-"""Models the engine can build, by `ModelSpec.family`.
+"""Models the engine can build, by `ModelSpec.family`: the built-ins here,
+every family (an operator's too) through the registry (workers/families.py).
 
 Every family exposes the engine's view of a decoder (workers/sharding.py):
 `embedding`, `blocks` (a ModuleList), `head`, and `tied` (the head shares the
@@ -12,8 +13,5 @@ __all__ = ["GPT", "Block", "Llama", "build_model"]
 
 
 def build_model(cfg):
-    if cfg.family == "gpt":
-        return GPT(cfg)
-    if cfg.family == "llama":
-        return Llama(cfg)
-    raise ValueError(f"unknown model family {cfg.family!r}")
+    """The model of `cfg` (a ModelSpec), by its registered family."""
+    return cfg.family_spec.build(cfg)

@@ -82,6 +82,19 @@ class GPT(nn.Module):
                 std /= math.sqrt(2 * self.cfg.n_layers)
             nn.init.normal_(p, mean=0.0, std=std)
 
+    def init_parameter(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
+        """`tensor`'s initial value as the full parameter `name` (workers/build.py):
+        the same rule as `reset_parameters`, from the parameter's own generator."""
+        if tensor.dim() >= 2:
+            std = 0.02
+            if name.endswith(("attn.proj.weight", "mlp.out.weight")):
+                std /= math.sqrt(2 * self.cfg.n_layers)
+            nn.init.normal_(tensor, mean=0.0, std=std, generator=generator)
+        elif name.endswith("bias"):
+            nn.init.zeros_(tensor)
+        else:
+            nn.init.ones_(tensor)
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tok_emb(idx) + self.pos_emb[: idx.shape[1]]
         for block in self.blocks:

@@ -155,6 +155,16 @@ class Llama(nn.Module):
             else:
                 nn.init.ones_(p)
 
+    def init_parameter(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
+        """`tensor`'s initial value as the full parameter `name` (workers/build.py):
+        the same rule as `reset_parameters`, from the parameter's own generator."""
+        if tensor.dim() >= 2:
+            nn.init.normal_(tensor, mean=0.0, std=0.02, generator=generator)
+        elif name.endswith("bias"):
+            nn.init.zeros_(tensor)
+        else:
+            nn.init.ones_(tensor)
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
