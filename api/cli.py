@@ -26,6 +26,7 @@ from typing import Any
 
 import typer
 
+from api.cli_exports import export
 from api.cli_jobs import register_job_commands
 from api.cli_tenants import tenants
 from api.cli_train import train
@@ -34,6 +35,7 @@ from service.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
 register_job_commands(app)
+app.command()(export)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
 

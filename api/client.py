@@ -13,8 +13,10 @@ cannot be reached raises httpx's own `httpx.TransportError`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -24,6 +26,8 @@ from api.schemas import (
     CheckpointPublic,
     ClusterPublic,
     EventPublic,
+    ExportPublic,
+    ExportStartedPublic,
     HealthPublic,
     JobProgress,
     JobPublic,
@@ -163,6 +167,43 @@ class BrigadeClient:
 
     def workers(self, job_id: str) -> list[WorkerPublic]:
         return self._call(list[WorkerPublic], "GET", f"/v1/jobs/{job_id}/workers")
+
+    # Exports (Hugging Face-format models of committed checkpoints)
+
+    def export(self, job_id: str, step: int | None = None, dtype: str = "float32") -> ExportStartedPublic:
+        """Ask for an export of `step` (None: the latest committed); it is written in the background."""
+        return self._call(ExportStartedPublic, "POST", f"/v1/jobs/{job_id}/exports",
+                          json=_given(step=step, dtype=dtype))
+
+    def exports(self, job_id: str) -> list[ExportPublic]:
+        """The job's committed exports, oldest step first."""
+        return self._call(list[ExportPublic], "GET", f"/v1/jobs/{job_id}/exports")
+
+    def download_export(self, job_id: str, export: ExportPublic, directory: str | Path) -> list[Path]:
+        """Every file of a committed export into `directory`, each checked
+        against the export's sha256 (a mismatch raises `BrigadeError` and
+        leaves no file of that name)."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, entry in sorted(export.files.items()):
+            path, digest = out / name, hashlib.sha256()
+            timeout = httpx.Timeout(self._http.timeout.connect, read=STREAM_READ_TIMEOUT_S)
+            url = f"/v1/jobs/{job_id}/exports/{export.id}/files/{name}"
+            with self._http.stream("GET", url, timeout=timeout) as r:
+                if not r.is_success:
+                    r.read()
+                    raise _error(r)
+                with open(path, "wb") as f:
+                    for chunk in r.iter_bytes(1 << 20):
+                        digest.update(chunk)
+                        f.write(chunk)
+            if digest.hexdigest() != entry.sha256:
+                path.unlink()
+                raise BrigadeError(409, f"export {export.id}: {name} arrived with another sha256 "
+                                        "than its manifest's")
+            written.append(path)
+        return written
 
     # Tenants (the admin key only)
 

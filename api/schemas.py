@@ -8,7 +8,7 @@ so the API refuses exactly what the control plane and the engine would.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -114,6 +114,11 @@ class MetricRow(_Public):
     recovered_from: str | None = None  # "restart" | "preemption"
     recovery_s: float | None = None  # from the failure seen (or the notice) to this step's end
     lost_steps: int | None = None  # steps taken before the interruption and taken again
+    # data: how long the step waited for its batch (read ahead while the step before ran)
+    data_wait_s: float | None = None
+    # eval steps (every eval.every_steps): the validation loss over a fixed set of samples
+    eval_loss: float | None = None
+    eval_perplexity: float | None = None
 
 
 class LogLine(_Public):
@@ -136,6 +141,38 @@ class CheckpointPublic(_Public):
     bytes: int
     created_at: datetime | None = None
     uri: str
+
+
+class ExportCreate(BaseModel):
+    """`POST /v1/jobs/{id}/exports`: a committed step (unset: the latest) in a dtype."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: Annotated[int, Field(ge=0, le=999_999_999)] | None = None
+    dtype: Literal["bfloat16", "float32"] = "float32"
+
+
+class ExportFile(_Public):
+    size: int
+    sha256: str
+
+
+class ExportPublic(_Public):
+    """A committed export: a Hugging Face model directory (its files, with sizes and sha256)."""
+
+    id: str
+    step: int
+    dtype: str
+    bytes: int
+    files: dict[str, ExportFile]
+    created_at: datetime | None = None
+    uri: str
+
+
+class ExportStartedPublic(_Public):
+    id: str
+    step: int
+    dtype: str
+    state: str  # "writing", or "committed" (it was there already)
 
 
 class WorkerPublic(_Public):

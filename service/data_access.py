@@ -26,8 +26,8 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 class DataUriRefused(SpecError):
     """A data uri outside what the tenant may read; the message says why."""
 
-    def __init__(self, reason: str):
-        super().__init__("data.uri", f"data.uri {reason}")
+    def __init__(self, reason: str, field: str = "data.uri"):
+        super().__init__(field, f"{field} {reason}")
 
 
 def data_prefix(root: str, tenant: str) -> str:
@@ -35,9 +35,18 @@ def data_prefix(root: str, tenant: str) -> str:
     return f"{root.rstrip('/')}/tenants/{tenant}/data/"
 
 
-def check_data_uri(uri: str, tenant: str, root: str) -> str:
+def check_data_uri(uri: str, tenant: str, root: str, field: str = "data.uri") -> str:
     """The uri, normalised (a plain path as `file://`), if it lies under the
-    tenant's data prefix; DataUriRefused otherwise."""
+    tenant's data prefix; DataUriRefused otherwise (at `field`: `init.uri` too)."""
+    try:
+        return _checked(uri, tenant, root)
+    except DataUriRefused as refused:
+        if field == refused.field:
+            raise
+        raise DataUriRefused(str(refused).removeprefix(f"{refused.field} "), field) from None
+
+
+def _checked(uri: str, tenant: str, root: str) -> str:
     layers = _decodings(uri)
     for layer in layers:
         _check_characters(layer)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from service.scheduling.restart import Failure, RestartPolicy
 from service.states import JobState
 from service.states import JobState as S
-from workers.errors import PlacementTimeoutError, RankError
+from workers.errors import PlacementTimeoutError, RankError, is_permanent
 from workers.spec import DEFAULT_MAX_RESTARTS
 
 if TYPE_CHECKING:
@@ -61,13 +61,15 @@ class GroupOutcome:
     error: str | None = None  # what went wrong, in words
     rank: int | None = None  # the rank that failed, where known
     node: str | None = None  # the node that rank ran on, where known
+    permanent: bool = False  # a fault a restart cannot fix (bad data): fail, do not restart
 
     @classmethod
     def failed(cls, error: Exception, node_infos: Sequence[dict] = ()) -> GroupOutcome:
         """A running group that raised: a rank failed or was lost
         (`RankError`), or the ranks did not answer (hung, stopped)."""
         if isinstance(error, RankError):
-            return cls(Outcome.FAILED, str(error), error.rank, _node(node_infos, error.rank))
+            return cls(Outcome.FAILED, str(error), error.rank, _node(node_infos, error.rank),
+                       is_permanent(str(error)))
         return cls(Outcome.FAILED, f"worker group not answering: {error}")
 
     @classmethod
@@ -77,7 +79,8 @@ class GroupOutcome:
         if isinstance(error, PlacementTimeoutError):
             return cls(Outcome.NO_CAPACITY, str(error))
         rank = error.rank if isinstance(error, RankError) else None
-        return cls(Outcome.START_FAILED, str(error), rank, _node(node_infos, rank))
+        return cls(Outcome.START_FAILED, str(error), rank, _node(node_infos, rank),
+                   is_permanent(str(error)))
 
 
 def _node(node_infos: Sequence[dict], rank: int | None) -> str | None:
@@ -178,6 +181,9 @@ def decide(job: JobFacts, outcome: GroupOutcome, *, checkpoint: dict | None = No
         return Transition(S.QUEUED, f"stopped while preempted ({error}); requeued, {resumes}",
                           {"workers": None, **kept})
     failure = Failure(error or "unknown failure", outcome.node, outcome.rank)
+    if outcome.permanent:  # bad data stays bad: no restart spent on it
+        return replace(_fail(job, f"{error} (not restarted: the data must be fixed)"),
+                       failure=failure)
     return _restart_or_fail(job, failure, kept, failures, multi_node, policy)
 
 

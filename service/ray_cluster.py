@@ -202,6 +202,21 @@ def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset()) -> dict[s
     return total
 
 
+def worker_memory_bytes(cpu: float, gpu: float) -> float | None:
+    """The memory a worker of (cpu, gpu) can count on: over the live nodes
+    where one fits, the least of the node's memory shared by as many such
+    workers as fit it (Ray's `memory` resource); None where Ray reports none."""
+    shares = []
+    for node in ray.nodes():
+        res = node["Resources"] if node["Alive"] else {}
+        fit = res.get("CPU", 0.0) // cpu if cpu > 0 else float("inf")
+        if gpu > 0:
+            fit = min(fit, res.get("GPU", 0.0) // gpu)
+        if fit >= 1 and res.get("memory"):
+            shares.append(res["memory"] / min(fit, 1e9))
+    return min(shares) if shares else None
+
+
 def _pong() -> bool:
     return True
 
@@ -240,3 +255,19 @@ def lost_nodes(node_ids: set[str], probe_timeout_s: float = 10.0,
     if lost:
         logger.info("nodes lost: %s", ", ".join(sorted(lost)))
     return lost
+
+
+def run_export(request: dict, timeout_s: float) -> dict:
+    """Write one export (`workers.export.export_checkpoint`) in a Ray task,
+    and wait for it. The task takes no CPU slot of the cluster's (it is I/O
+    bound, and a job that just succeeded has given its slots back to others)
+    and is not retried: a task that dies leaves a torn export, never listed."""
+    from workers.export import export_checkpoint
+
+    task = ray.remote(num_cpus=0, max_retries=0)(export_checkpoint)
+    ref = task.remote(request)
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref, force=True)
+        raise TimeoutError(f"the export did not finish in {timeout_s:g} s") from None

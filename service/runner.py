@@ -240,6 +240,9 @@ class JobRunner(threading.Thread):
         for r in rows:
             lines.append(f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
                          f"{r['tokens_per_s']:.0f} tok/s")
+            if r.get("eval_loss") is not None:
+                lines.append(f"step {r['step']}/{total} eval_loss {r['eval_loss']:.4f} "
+                             f"eval_perplexity {r['eval_perplexity']:.3f}")
             if "checkpoint_error" in r:
                 lines.append(f"step {r['step']}: {r['checkpoint_error']} ({r['checkpoint_failures']} "
                              "failed saves in this attempt); training goes on from the last "

@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     # finished jobs (their records, history and storage) are removed this many days after
     # they ended; None: kept until deleted
     job_retention_days: float | None = Field(None, gt=0)
+    # exports (Hugging Face format): safetensors files are cut at this size; a job
+    # that succeeds is exported at its final checkpoint in this dtype ("" : not)
+    export_max_shard_bytes: int = Field(5 * 10**9, ge=1)
+    export_on_success: str = Field("float32", pattern="^(|float32|bfloat16)$")
+    export_timeout_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
     def _no_default_secrets_in_production(self) -> Settings:

@@ -18,12 +18,14 @@ from datetime import datetime, timedelta
 
 from checkpoints import CheckpointStore, CheckpointTarget
 from service.admission import Admission
+from service.exports import ExportService
 from service.data_access import check_data_uri
 from service.fair_share_view import TenantShare, tenant_shares
+from service.init_source import resolve_init
 from service.launch import group_name, launch_group
 from service.lifecycle import GroupOutcome
 from service.log_text import printable
-from service.ray_cluster import cluster_capacity, live_node_count, never_fits
+from service.ray_cluster import cluster_capacity, live_node_count, never_fits, run_export
 from service.runner import ControlPlane, JobRunner
 from service.scheduling import Demand, Resources, RestartPolicy
 from service.settings import Settings
@@ -57,6 +59,7 @@ class Supervisor:
             grace_s=self.admission.grace_s, live_nodes=live_node_count, done=self.runner_done,
         )
         self._restart_policy = RestartPolicy(base_backoff_s=settings.restart_backoff_s)
+        self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
 
     # -- requests ---------------------------------------------------------------
 
@@ -67,6 +70,8 @@ class Supervisor:
             raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
                                       "tools (an engine YAML, a benchmark), not by a job")
         self._check_fits(spec, spec.min_workers)
+        spec = resolve_init(spec, tenant, data_root=self.settings.resolved_data_uri_root,
+                            store=self.store, checkpoints_of=self._checkpoint_store)
         job, created = self.store.create_job(
             tenant=tenant, name=spec.name, spec=spec,
             priority=spec.priority, idempotency_key=idempotency_key, demand=Demand.from_spec(spec),
@@ -242,6 +247,13 @@ class Supervisor:
         with self._lock:
             self._runners.pop(job_id, None)
         self._wake.set()
+        if not self._stopping.is_set():
+            try:
+                job = self.store.get_job(job_id)
+                if job is not None:
+                    self.exports.after_run(job)  # a job that succeeded is exported
+            except Exception:
+                logger.exception("job %s: export after its run", job_id)
 
     def _loop(self) -> None:
         next_sweep = 0.0

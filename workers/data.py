@@ -17,8 +17,9 @@ from typing import Protocol
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from workers.spec import DataSpec, ModelSpec, split_evenly
+from workers.spec import DataSpec, EvalSpec, ModelSpec, split_evenly
 
 _MASK64 = (1 << 64) - 1
 BUILTIN_CORPUS_BYTES = 1 << 20  # 1 MiB of the Python standard library's source
@@ -93,7 +94,15 @@ def read_bytes(uri: str) -> np.ndarray:
         return np.frombuffer(f.read(), dtype=np.uint8)
 
 
-def build_source(data: DataSpec, model: ModelSpec, seed: int) -> SampleSource:
+def build_source(data: DataSpec, model: ModelSpec, seed: int,
+                 eval: EvalSpec | None = None) -> SampleSource:
+    """The training samples (a token dataset's less what `eval.holdout_fraction` holds out)."""
+    if data.source in ("tokens", "text"):
+        from workers.datasets.sources import token_source
+
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        holdout = eval.holdout_fraction if eval is not None else None
+        return token_source(data, model, seed, holdout=holdout, rank=rank, world_size=world)
     if data.source == "synthetic":
         return SyntheticSource(seed, model.seq_len, model.vocab_size)
     if data.source == "builtin":

@@ -184,24 +184,72 @@ class ModelSpec(_Section):
 
 class DataSpec(_Section):
     # builtin: bytes of the standard library; synthetic: seeded progressions;
-    # uri: a byte/text file at an fsspec URI (under the tenant's data prefix)
-    source: Literal["builtin", "synthetic", "uri"] = "builtin"
+    # uri: a byte/text file at an fsspec URI (under the tenant's data prefix);
+    # tokens: a prepared token dataset, uri its prefix (workers/datasets/index.py);
+    # text: a small jsonl or parquet file, tokenized as read with `tokenizer`
+    source: Literal["builtin", "synthetic", "uri", "tokens", "text"] = "builtin"
     uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    field: Annotated[str, Field(min_length=1, max_length=256)] = "text"  # text: the documents' field
+    tokenizer: Annotated[str, Field(min_length=1, max_length=2048)] | None = None  # text: its uri
+    # tokens: each rank checks the sha256 of its share of the shards at start
+    verify_checksums: bool = True
+
+    @field_validator("uri", "tokenizer")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("data uris must not contain control characters")
+        return value
+
+    @model_validator(mode="after")
+    def _uri_with_source(self) -> DataSpec:
+        if self.source in URI_SOURCES and not self.uri:
+            raise refusal("uri", f"data.uri is required when data.source is {self.source!r}")
+        if self.source not in URI_SOURCES and self.uri:
+            raise refusal("uri", f"data.uri is only used with data.source one of "
+                                 f"{', '.join(URI_SOURCES)}, not {self.source!r}", self.uri)
+        if self.source == "text" and not self.tokenizer:
+            raise refusal("tokenizer", "data.tokenizer (a tokenizers JSON file's uri) is required "
+                                       "when data.source is 'text'")
+        if self.source != "text" and self.tokenizer:
+            raise refusal("tokenizer", "data.tokenizer is only used with data.source 'text' (a "
+                                       "token dataset records its own)", self.tokenizer)
+        return self
+
+    def uris(self) -> dict[str, str]:
+        """Every uri this section names, by its field (what the service checks)."""
+        return {f"data.{name}": value for name in ("uri", "tokenizer")
+                if (value := getattr(self, name)) is not None}
+
+
+URI_SOURCES = ("uri", "tokens", "text")
+TOKEN_SOURCES = ("tokens", "text")  # their vocabulary is the dataset's tokenizer's
+# DataSpec's fields a byte or synthetic source leaves out of the config hash (as before them)
+TOKEN_DATA_FIELDS = ("field", "tokenizer", "verify_checksums")
+
+
+class EvalSpec(_Section):
+    """A validation loss every `every_steps`: the mean token loss over a fixed
+    set of `batches` x train.global_batch_size samples, from another token
+    dataset (`uri`) or a held-out tail of the training one (`holdout_fraction`)."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    holdout_fraction: Annotated[float, Field(gt=0, le=0.5)] | None = None
+    every_steps: Annotated[int, Field(ge=1, le=10_000_000)] = 100
+    batches: Annotated[int, Field(ge=1, le=10_000)] = 1
 
     @field_validator("uri")
     @classmethod
     def _printable(cls, value: str | None) -> str | None:
         if value is not None and not value.isprintable():
-            raise ValueError("data.uri must not contain control characters")
+            raise ValueError("eval.uri must not contain control characters")
         return value
 
     @model_validator(mode="after")
-    def _uri_with_source(self) -> DataSpec:
-        if self.source == "uri" and not self.uri:
-            raise refusal("uri", "data.uri is required when data.source is 'uri'")
-        if self.source != "uri" and self.uri:
-            raise refusal("uri", f"data.uri is only used with data.source 'uri', "
-                                 f"not {self.source!r}", self.uri)
+    def _one_set(self) -> EvalSpec:
+        if (self.uri is None) == (self.holdout_fraction is None):
+            raise refusal("uri", "eval takes exactly one of uri (a token dataset) and "
+                                 "holdout_fraction", self.uri)
         return self
 
 
@@ -335,6 +383,7 @@ class JobSpec(_Section):
     sharding: ShardingSpec = Field(default_factory=ShardingSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     init: InitSpec | None = None  # initial weights: a Hugging Face directory or a job's checkpoint
+    eval: EvalSpec | None = None  # a validation loss in the metrics rows of some steps
     max_restarts: Annotated[int, Field(ge=0, le=100)] = DEFAULT_MAX_RESTARTS
     # how the ranks spread over Ray's nodes: PACK (fewest nodes) or SPREAD (one a node where it can)
     placement: Literal["PACK", "SPREAD"] = "PACK"
@@ -353,9 +402,15 @@ class JobSpec(_Section):
     def _runnable(self) -> JobSpec:
         """The checks that span sections, and some world size in min..max
         that can run the job."""
+        if self.eval is not None and self.data.source not in TOKEN_SOURCES:
+            raise refusal("eval", "eval needs token data (data.source 'tokens' or 'text'), not "
+                                  f"{self.data.source!r}")
+        if self.eval is not None and self.eval.holdout_fraction and self.data.source != "tokens":
+            raise refusal("eval.holdout_fraction", "eval.holdout_fraction holds out windows of a "
+                          "token dataset (data.source 'tokens'); give a text one eval.uri")
         # A model still to be read from model.config_uri is checked once resolved.
         model_known = self.model.resolved
-        if model_known and self.data.source != "synthetic" and self.model.vocab_size < BYTE_VOCAB:
+        if model_known and self.data.source in ("builtin", "uri") and self.model.vocab_size < BYTE_VOCAB:
             raise refusal("model.vocab_size", f"model.vocab_size must be >= {BYTE_VOCAB} for "
                           f"byte-level data, got {self.model.vocab_size}", self.model.vocab_size)
         if model_known and self.sharding.blocks_per_unit > self.model.n_layers:
@@ -423,6 +478,9 @@ class JobSpec(_Section):
         if self.model.family != "llama":  # a GPT's hash is what it was before llama's fields
             for name in LLAMA_FIELDS:
                 curve["model"].pop(name)
+        if self.data.source not in TOKEN_SOURCES:  # likewise bytes' before token data's
+            for name in TOKEN_DATA_FIELDS:
+                curve["data"].pop(name)
         return hashlib.sha256(json.dumps(curve, sort_keys=True).encode()).hexdigest()
 
     def operator_only_set(self) -> list[str]:

@@ -22,7 +22,9 @@ from workers.comm import CommCounter, comm_theory_bytes
 from workers.compression import compress_gradients, wire_bytes_per_value
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
+from workers.evaluation import Evaluator
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
+from workers.prefetch import BatchPrefetch
 from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
 from workers.spec import JobSpec, TrainSpec, split_evenly
 
@@ -78,12 +80,13 @@ class Trainer:
         set_prefetch(self.units, sh.prefetch_forward, sh.prefetch_backward, self.device.type)
         self.model = model
         self.optimizer = build_optimizer(model, config.train)
-        self.batches = RankBatches(
-            build_source(config.data, config.model, config.train.seed),
+        self.batches = BatchPrefetch(RankBatches(  # the next batch is read while a step runs
+            build_source(config.data, config.model, config.train.seed, config.eval),
             config.train.global_batch_size,
             self.rank,
             self.world_size,
-        )
+        ))
+        self.evaluator = Evaluator.of(config, self.batches, self.device)
         self.step = 0  # optimizer steps taken
         self.memory = PeakMemory(self.device)
         self._theory = self._comm_theory()
@@ -205,6 +208,9 @@ class Trainer:
         try:
             while self.step < stop:
                 metrics = self.train_step().as_dict()
+                metrics["data_wait_s"] = self.batches.wait_s  # the step's wait for its batch
+                if self.evaluator is not None and self.evaluator.due(self.step):
+                    metrics.update(self.evaluator.run(self.model))
                 metrics["wall_time"] = time.time()  # when the step ended (recovery time)
                 if not history:  # where this run began: 0, or the step it resumed from
                     metrics["resumed_from"] = self.resumed_from or 0
@@ -228,6 +234,7 @@ class Trainer:
                 if not self.acknowledges:
                     self.acknowledge(self.step)
         finally:
+            self.batches.close()
             if self.checkpoints is not None:
                 self.checkpoints.close()
         return history
