@@ -114,7 +114,8 @@ def extra_state(trainer: Trainer) -> dict:
         "rng": encode_bytes(torch.get_rng_state().numpy().tobytes()),
         "world_size": trainer.world_size,
         "sharding": cfg.sharding.strategy,
-        "mesh": list(cfg.sharding.mesh_shape(trainer.world_size)),
+        "mesh": list(trainer.mesh.shape),  # (replicate,) shard (, tp)
+        "tp": cfg.parallelism.tp,
         "config_hash": cfg.config_hash(),
         # The rows its reader may not have recorded (`Trainer.unrecorded`), this
         # step's included; handed back at a resume (`restore_extra`).

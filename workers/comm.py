@@ -15,6 +15,18 @@ so that over a step they add up to the primer's 3(N-1)/N x S for FSDP and
 collective FSDP calls through a hook (workers/compression.py) reports the
 bytes it really sends through `CommCounter.timed` itself.
 
+Tensor parallelism's collectives are DTensor redistributions (the plan's
+input and output layouts, and their transposes in backward), issued as
+functional collectives from DTensor's placement code. The same kind of proxy
+stands in for that code's `funcol` and counts the calls on a mesh dimension
+named `tp` as `tp_all_gather`, `tp_reduce_scatter` and `tp_all_reduce` (the
+same ring byte counts; a reduce-scatter's input is the whole tensor, so
+(g-1)/g x its bytes). Redistributions over other dimensions (FSDP's DTensors
+in gradient clipping, a state dict's gather) are not TP traffic and are not
+counted. TP's formula is in workers/tensor_parallel.py. Functional
+collectives complete when their result is first used, elsewhere: they count
+bytes and calls, not time.
+
 Time, on the training thread's clock:
 
     comm time     how long each collective was in flight: a blocking call's
@@ -41,6 +53,12 @@ from typing import Any
 import torch.distributed as dist
 
 _FSDP_COLLECTIVES_MODULE = "torch.distributed.fsdp._fully_shard._fsdp_collectives"
+# Where DTensor issues its redistributions' collectives (as `funcol`).
+_DTENSOR_COLLECTIVES_MODULES = (
+    "torch.distributed.tensor.placement_types",
+    "torch.distributed.tensor._collective_utils",
+)
+TP_DIM = "tp"  # the mesh dimension whose traffic counts as TP's (workers/tensor_parallel.py)
 
 
 @dataclass
@@ -95,6 +113,50 @@ class _CountingDist:
         )
 
 
+def _mesh_dim(group: Any) -> tuple[str | None, int]:
+    """(dimension name, size) of a functional collective's `(mesh, dim)` group;
+    (None, 0) for any other kind of group."""
+    if not (isinstance(group, tuple) and len(group) == 2):
+        return None, 0
+    mesh, dim = group
+    names = getattr(mesh, "mesh_dim_names", None) or ()
+    if isinstance(dim, str):
+        return dim, mesh.size(names.index(dim))
+    return (names[dim] if dim < len(names) else None), mesh.size(dim)
+
+
+class _CountingFuncol:
+    """Stands in for `torch.distributed._functional_collectives` inside DTensor's
+    placement code: counts the collectives over the `tp` mesh dimension."""
+
+    def __init__(self, counter: CommCounter, funcol: Any):
+        self._counter, self._funcol = counter, funcol
+
+    def __getattr__(self, name):
+        return getattr(self._funcol, name)
+
+    def _count(self, op: str, group: Any, nbytes_of_g) -> None:
+        name, g = _mesh_dim(group)
+        if name == TP_DIM and g > 1:
+            self._counter.count(op, nbytes_of_g(g))
+
+    def all_gather_single(self, tensor, gather_dim=0, group=None, *args, **kwargs):
+        nbytes = tensor.numel() * tensor.element_size()
+        self._count("tp_all_gather", group, lambda g: (g - 1) * nbytes)
+        return self._funcol.all_gather_single(tensor, gather_dim, group, *args, **kwargs)
+
+    def reduce_scatter_single(self, tensor, reduceOp, scatter_dim=0, group=None, *args, **kwargs):
+        nbytes = tensor.numel() * tensor.element_size()
+        self._count("tp_reduce_scatter", group, lambda g: (g - 1) * nbytes // g)
+        return self._funcol.reduce_scatter_single(tensor, reduceOp, scatter_dim, group, *args,
+                                                  **kwargs)
+
+    def all_reduce(self, tensor, reduceOp, group=None, *args, **kwargs):
+        nbytes = tensor.numel() * tensor.element_size()
+        self._count("tp_all_reduce", group, lambda g: 2 * (g - 1) * nbytes // g)
+        return self._funcol.all_reduce(tensor, reduceOp, group, *args, **kwargs)
+
+
 class CommCounter:
     """Process-wide tally of FSDP's collective traffic; `take()` reads and resets."""
 
@@ -118,7 +180,28 @@ class CommCounter:
                 )
             cls._installed = cls()
             module.dist = _CountingDist(cls._installed)
+            cls._installed._count_dtensor_collectives()
         return cls._installed
+
+    def _count_dtensor_collectives(self) -> None:
+        import importlib
+
+        import torch.distributed._functional_collectives as funcol
+
+        for name in _DTENSOR_COLLECTIVES_MODULES:
+            module: Any = importlib.import_module(name)
+            if getattr(module, "funcol", None) is not funcol:
+                raise RuntimeError(
+                    f"{name} no longer calls the functional collectives as 'funcol'; "
+                    "TP's collective byte counting needs updating for this torch version"
+                )
+            module.funcol = _CountingFuncol(self, funcol)
+
+    def count(self, op_name: str, nbytes: int) -> None:
+        """Count a collective's bytes under `op_name`, untimed (see the module doc)."""
+        with self._lock:
+            self._tally.bytes_by_op[op_name] += nbytes
+            self._tally.calls_by_op[op_name] += 1
 
     def timed(self, op_name: str, nbytes: int, fn, /, *args, **kwargs):
         """Call the collective `fn`, counting `nbytes` and its time under `op_name`."""

@@ -325,6 +325,21 @@ class ShardingSpec(_Section):
         return (world_size,)
 
 
+# The families whose model declares a tensor-parallel plan (a `tp_plan()`,
+# workers/models): only these may run with parallelism.tp > 1.
+TENSOR_PARALLEL_FAMILIES = ("llama",)
+
+
+class ParallelismSpec(_Section):
+    # tensor parallelism: ranks per TP group (consecutive ranks), the layers'
+    # heads and MLP width split among them; the data-parallel size is world / tp
+    tp: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
+
+    def dp_size(self, world_size: int) -> int:
+        """The data-parallel ranks at `world_size` (what FSDP shards over and the batch splits into)."""
+        return world_size // self.tp
+
+
 class CheckpointSpec(_Section):
     every_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10  # 0: only when asked to stop
     keep_last: Annotated[int, Field(ge=1, le=100)] = 3  # committed checkpoints kept
@@ -381,6 +396,7 @@ class JobSpec(_Section):
     data: DataSpec = Field(default_factory=DataSpec)
     train: TrainSpec
     sharding: ShardingSpec = Field(default_factory=ShardingSpec)
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     init: InitSpec | None = None  # initial weights: a Hugging Face directory or a job's checkpoint
     eval: EvalSpec | None = None  # a validation loss in the metrics rows of some steps
@@ -420,10 +436,29 @@ class JobSpec(_Section):
         if self.init is not None and self.init.uri is not None and self.model.family != "llama":
             raise refusal("init.uri", "init.uri reads Hugging Face Llama weights: it needs "
                           f"model.family 'llama', not {self.model.family!r}", self.init.uri)
+        if model_known:
+            self._tensor_parallel_fits()
         if not self.world_sizes():
             field, message = self.world_size_problem(self.min_workers) or ("workers", "")
             raise refusal(field, message)
         return self
+
+    def _tensor_parallel_fits(self) -> None:
+        """tp splits heads, kv heads, the MLP width, the vocabulary (embedding and
+        head) and the sequence (sequence parallelism) evenly, in a family with a plan."""
+        tp, m = self.parallelism.tp, self.model
+        if tp == 1:
+            return
+        if m.family not in TENSOR_PARALLEL_FAMILIES:
+            raise refusal("parallelism.tp", f"parallelism.tp > 1 needs a model family with a "
+                          f"tensor-parallel plan ({', '.join(TENSOR_PARALLEL_FAMILIES)}), not "
+                          f"{m.family!r}", tp)
+        for what, size in (("n_heads", m.n_heads), ("n_kv_heads", m.kv_heads),
+                           ("ffn_dim", m.ffn_width), ("vocab_size", m.vocab_size),
+                           ("seq_len", m.seq_len)):
+            if size % tp:
+                raise refusal("parallelism.tp", f"parallelism.tp ({tp}) must divide model.{what} "
+                              f"({size})", tp)
 
     # -- sizes ------------------------------------------------------------------
 
@@ -437,17 +472,23 @@ class JobSpec(_Section):
 
     def world_size_problem(self, world_size: int) -> tuple[str, str] | None:
         """(field, why) this job cannot run at `world_size`; None if it can."""
-        t = self.train
+        t, tp = self.train, self.parallelism.tp
         if world_size < 1:
             return "workers", f"the world size must be >= 1, got {world_size}"
-        if t.global_batch_size < world_size:
+        if world_size % tp:
+            return "parallelism.tp", (
+                f"the world size ({world_size}) must be a multiple of parallelism.tp ({tp})")
+        dp = self.parallelism.dp_size(world_size)
+        where = f"the world size ({world_size})" if tp == 1 else (
+            f"the data-parallel size ({dp} = world size {world_size} / parallelism.tp {tp})")
+        if t.global_batch_size < dp:
             return "train.global_batch_size", (
-                f"train.global_batch_size ({t.global_batch_size}) is smaller than the world "
-                f"size ({world_size}): every rank needs at least one sample a step")
+                f"train.global_batch_size ({t.global_batch_size}) is smaller than {where}: "
+                "every data-parallel rank needs at least one sample a step")
         group = self.sharding.shard_group_size
-        if group is not None and world_size % group:
+        if group is not None and dp % group:
             return "sharding.shard_group_size", (
-                f"sharding.shard_group_size ({group}) must divide the world size ({world_size})")
+                f"sharding.shard_group_size ({group}) must divide {where}")
         return None
 
     def check_world_size(self, world_size: int) -> JobSpec:

@@ -25,8 +25,14 @@ from workers.distributed import local_device
 from workers.evaluation import Evaluator
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.prefetch import BatchPrefetch
-from workers.sharding import DTYPES, build_mesh, set_prefetch, shard_model
+from workers.sharding import DTYPES, set_prefetch
 from workers.spec import JobSpec, TrainSpec, split_evenly
+from workers.tensor_parallel import (
+    build_layout,
+    parallelize,
+    params_per_tp_rank,
+    tp_comm_theory_bytes,
+)
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
 STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
@@ -67,10 +73,12 @@ class Trainer:
         torch.manual_seed(config.train.seed)
         sh = config.sharding
         self.comm = CommCounter.install()
-        self.mesh = build_mesh(sh, self.world_size, self.device.type)
+        # dp x tp: FSDP over dp, the family's TP plan over tp (workers/tensor_parallel.py)
+        self.layout = build_layout(config, self.world_size, self.device.type)
+        self.mesh = self.layout.mesh
         # Built on the meta device; each rank allocates and fills only its own
         # shards, the same full weights at any world size (workers/build.py).
-        built = build_sharded(config, self.device, lambda m: shard_model(m, sh, self.mesh))
+        built = build_sharded(config, self.device, lambda m: parallelize(m, self.layout, sh))
         model, self.units, self.num_params = built.model, built.units, built.num_params
         # Error-feedback residuals live in these hooks, not in checkpoints:
         # a resumed run starts them at zero (workers/compression.py).
@@ -83,8 +91,8 @@ class Trainer:
         self.batches = BatchPrefetch(RankBatches(  # the next batch is read while a step runs
             build_source(config.data, config.model, config.train.seed, config.eval),
             config.train.global_batch_size,
-            self.rank,
-            self.world_size,
+            self.layout.dp_rank,  # a TP group's ranks read the same batch
+            self.layout.dp_size,
         ))
         self.evaluator = Evaluator.of(config, self.batches, self.device)
         self.step = 0  # optimizer steps taken
@@ -115,16 +123,24 @@ class Trainer:
             self.initialised_from = initialise(self, config.init, checkpoint)
 
     def _comm_theory(self) -> float:
-        sh = self.config.sharding
+        """FSDP's formula over this rank's TP piece of the parameters, plus TP's."""
+        cfg, sh, dp = self.config, self.config.sharding, self.layout.dp_size
         reduce_itemsize = DTYPES[sh.reduce_dtype].itemsize
-        return comm_theory_bytes(
+        params = params_per_tp_rank(cfg.model, self.layout.tp)
+        fsdp = comm_theory_bytes(
             sh.strategy,
-            sh.mesh_shape(self.world_size),
-            param_bytes=self.num_params * DTYPES[sh.param_dtype].itemsize,
-            reduce_bytes=self.num_params * reduce_itemsize,
-            micro_steps=self.config.train.accumulation_steps(self.world_size),
+            sh.mesh_shape(dp),
+            param_bytes=params * DTYPES[sh.param_dtype].itemsize,
+            reduce_bytes=params * reduce_itemsize,
+            micro_steps=cfg.train.accumulation_steps(dp),
             reduce_scatter_ratio=wire_bytes_per_value(sh.grad_compression, reduce_itemsize)
             / reduce_itemsize,
+        )
+        share = len(self.batches.share())
+        return fsdp + tp_comm_theory_bytes(
+            cfg.model, self.layout.tp, tokens=share * cfg.model.seq_len,
+            act_bytes=DTYPES[sh.param_dtype].itemsize,
+            activation_checkpointing=sh.activation_checkpointing,
         )
 
     def train_step(self) -> StepMetrics:
@@ -146,7 +162,7 @@ class Trainer:
         # gradient is the one-process gradient of the mean loss.
         dp_size = self.batches.world_size
         global_tokens = cfg.train.global_batch_size * y.shape[1]
-        micro = cfg.train.accumulation_steps(self.world_size)
+        micro = cfg.train.accumulation_steps(dp_size)
         sizes = split_evenly(len(x), micro)  # every rank runs `micro` (some may be empty)
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
         for i, (xm, ym) in enumerate(zip(x.split(sizes), y.split(sizes), strict=True)):
@@ -161,7 +177,9 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        tally = self.comm.take()  # only FSDP's traffic: the loss reduce below is not counted
+        tally = self.comm.take()  # only FSDP's and TP's traffic: the loss reduce below is not counted
+        if self.layout.tp_rank:  # a TP group's ranks hold the same loss: one of them counts it
+            loss_sum.zero_()
         dist.all_reduce(loss_sum)
         step_time = time.perf_counter() - start
         self.step += 1
@@ -175,7 +193,9 @@ class Trainer:
             tokens_per_s=tokens / step_time,
             step_time_s=step_time,
             peak_mem_bytes=self.memory.peak(),
-            mem_theory_bytes=mem_theory_bytes(self.num_params, self._shard_degree()),
+            mem_theory_bytes=mem_theory_bytes(
+                params_per_tp_rank(cfg.model, self.layout.tp), self._shard_degree()
+            ),
             comm_bytes=tally.total_bytes,
             comm_bytes_theory=self._theory,
             comm_bytes_by_op=dict(tally.bytes_by_op),
@@ -185,7 +205,7 @@ class Trainer:
         )
 
     def _shard_degree(self) -> int:
-        return self.config.sharding.mesh_shape(self.world_size)[-1]
+        return self.config.sharding.mesh_shape(self.layout.dp_size)[-1]
 
     def run(
         self,

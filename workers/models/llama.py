@@ -143,6 +143,44 @@ class Llama(nn.Module):
     def tied(self) -> bool:
         return self.cfg.tie_embeddings
 
+    def tp_plan(self) -> dict:
+        """The tensor-parallel plan (`parallelize_module`'s, by parameter-name
+        pattern): Megatron's column-wise q, k, v, gate, up and row-wise o, down,
+        so each rank holds whole heads and a slice of the MLP width; the token
+        embedding and the head split the vocabulary. Sequence parallel between
+        them: the residual stream and the norms hold a slice of the sequence
+        (Shard(1)); an all-gather makes the full sequence before attention and
+        the MLP, and their row-wise outputs reduce-scatter back to the slice."""
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            PrepareModuleInput,
+            RowwiseParallel,
+            SequenceParallel,
+        )
+
+        def full_sequence_in() -> PrepareModuleInput:
+            return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+
+        layer = "model.layers.*."
+        return {
+            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            layer + "input_layernorm": SequenceParallel(),
+            layer + "self_attn": full_sequence_in(),
+            layer + "self_attn.q_proj": ColwiseParallel(),
+            layer + "self_attn.k_proj": ColwiseParallel(),
+            layer + "self_attn.v_proj": ColwiseParallel(),
+            layer + "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            layer + "post_attention_layernorm": SequenceParallel(),
+            layer + "mlp": full_sequence_in(),
+            layer + "mlp.gate_proj": ColwiseParallel(),
+            layer + "mlp.up_proj": ColwiseParallel(),
+            layer + "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "model.norm": SequenceParallel(),
+            # the logits are gathered whole on every rank of the group for the loss
+            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        }
+
     def reset_parameters(self) -> None:
         # Hugging Face's Llama init: N(0, 0.02) for matrices, ones for norms, zero biases.
         for name, p in self.named_parameters():
