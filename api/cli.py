@@ -26,6 +26,7 @@ from typing import Any
 
 import typer
 
+from api.cli_data import data
 from api.cli_exports import export
 from api.cli_jobs import register_job_commands
 from api.cli_tenants import tenants
@@ -38,6 +39,7 @@ register_job_commands(app)
 app.command()(export)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
+app.add_typer(data, name="data")
 
 
 @app.command()

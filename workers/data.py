@@ -19,18 +19,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workers.datasets.order import mix64
 from workers.spec import DataSpec, EvalSpec, ModelSpec, split_evenly
 
-_MASK64 = (1 << 64) - 1
 BUILTIN_CORPUS_BYTES = 1 << 20  # 1 MiB of the Python standard library's source
-
-
-def mix64(seed: int, index: int) -> int:
-    """splitmix64 of (seed, index): a stateless, platform-independent hash."""
-    z = (seed * 0x9E3779B97F4A7C15 + index + 1) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
 
 
 class SampleSource(Protocol):

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from workers.datasets.order import mix64
 from workers.datasets.tokenizer import eod_id, load_tokenizer, vocab_size
 from workers.errors import DataError
 
@@ -110,8 +111,6 @@ class TextSource:
     def __init__(self, uri: str, field: str, tokenizer_uri: str, seed: int, seq_len: int,
                  storage_options: dict | None = None):
         import fsspec
-
-        from workers.data import mix64
 
         fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
         try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.datasets.index import DatasetIndex, join, read_index
+from workers.datasets.order import mix64
 from workers.errors import DataError
 
 
@@ -54,9 +55,7 @@ class TokenShardSource:
                  windows: WindowRange | None = None, storage_options: dict | None = None):
         import fsspec
 
-        from workers.data import mix64
-
-        self._mix = mix64
+        self._mix = mix64  # the data order (workers.datasets.order)
         self.prefix, self.seed, self.seq_len = prefix, seed, seq_len
         self.index = index or read_index(prefix, storage_options)
         self.fs, self.root = fsspec.core.url_to_fs(prefix.rstrip("/"), **(storage_options or {}))

@@ -1,0 +1,127 @@
+"""`brigade data`: token datasets.
+
+    brigade data show URI [--samples 3]     a dataset's index, and samples decoded
+                                            with its own tokenizer (what a job reads)
+    brigade data prepare --input GLOB ... --output PREFIX (--tokenizer T |
+                         --train-tokenizer --vocab-size N) [--field text] [--workers 2]
+                                            tokenize files into token shards on Ray
+
+Both read and write through fsspec (file://, s3://, ...; `--storage-options`
+takes fsspec options as JSON). `prepare` runs on a Ray cluster directly (like
+`brigade train`: `--ray-address`, or a local one), not through the service.
+Neither imports torch; `prepare` imports ray when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+data = typer.Typer(no_args_is_help=True, help="Token datasets: look at one, prepare one on Ray.")
+
+Options = Annotated[str | None, typer.Option(
+    "--storage-options", envvar="BRIGADE_STORAGE_OPTIONS",
+    help='fsspec options as JSON, e.g. {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}')]
+
+
+def _options(raw: str | None) -> dict:
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError as e:
+        raise typer.BadParameter(f"--storage-options is not JSON: {e}") from None
+
+
+def _fail(error: Exception) -> typer.Exit:
+    typer.echo(f"error: {error}", err=True)
+    return typer.Exit(1)
+
+
+@data.command()
+def show(
+    uri: Annotated[str, typer.Argument(help="a dataset's prefix (where its index.json is)")],
+    samples: Annotated[int, typer.Option(min=0, help="samples to decode")] = 3,
+    seq_len: Annotated[int, typer.Option(min=1, help="the job's model.seq_len")] = 64,
+    seed: Annotated[int, typer.Option(min=0, help="the job's train.seed")] = 0,
+    storage_options: Options = None,
+) -> None:
+    """A dataset's index, then samples 0..N-1 as a job with this seq_len and seed reads them."""
+    from workers.datasets.index import join, read_index
+    from workers.datasets.token_shards import TokenShardSource
+    from workers.datasets.tokenizer import load_tokenizer
+    from workers.errors import DataError
+
+    options = _options(storage_options)
+    try:
+        index = read_index(uri, options)
+        typer.echo(f"{uri}: {index.tokens} tokens ({index.dtype}) in {len(index.shards)} shards, "
+                   f"{index.documents} documents; vocabulary {index.vocab_size}, end of document "
+                   f"{index.eod_id}, tokenizer {index.tokenizer}")
+        if not samples:
+            return
+        if not index.tokenizer:
+            raise DataError(uri, "the dataset records no tokenizer: nothing to decode with")
+        tokenizer = load_tokenizer(join(uri, index.tokenizer), options)
+        source = TokenShardSource(uri, seed, seq_len, index=index, storage_options=options)
+        for i in range(samples):
+            ids = source.sample(i).tolist()
+            typer.echo(f"--- sample {i} ({len(ids)} tokens)")
+            typer.echo(tokenizer.decode(ids, skip_special_tokens=False))
+    except DataError as e:
+        raise _fail(e) from None
+
+
+@data.command()
+def prepare(
+    input: Annotated[list[str], typer.Option(
+        "--input", help="jsonl, parquet or text files: paths, URIs or globs (repeatable)")],
+    output: Annotated[str, typer.Option(help="the dataset's prefix (a URI; must not hold one yet)")],
+    tokenizer: Annotated[str | None, typer.Option(help="a tokenizers JSON file's uri")] = None,
+    train_tokenizer: Annotated[bool, typer.Option(
+        "--train-tokenizer", help="train a byte-level BPE tokenizer on the inputs first")] = False,
+    vocab_size: Annotated[int | None, typer.Option(min=2, help="with --train-tokenizer")] = None,
+    field: Annotated[str, typer.Option(help="the documents' field in jsonl and parquet")] = "text",
+    workers: Annotated[int, typer.Option(min=1, help="Ray tasks at a time (one a file)")] = 2,
+    tokens_per_shard: Annotated[int, typer.Option(min=1)] = 1 << 24,
+    ray_address: Annotated[str | None, typer.Option(envvar="BRIGADE_RAY_ADDRESS")] = None,
+    storage_options: Options = None,
+) -> None:
+    """Tokenize files into a token dataset on Ray: shards, the tokenizer, the index last."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from workers.datasets.prepare import prepare as run_prepare
+    from workers.errors import DataError
+
+    if train_tokenizer == (tokenizer is not None) or train_tokenizer != (vocab_size is not None):
+        raise typer.BadParameter("give --tokenizer T, or --train-tokenizer with --vocab-size N")
+    options = _options(storage_options)
+    _connect(ray_address)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("files tokenized", total=None)
+        tokens = [0]
+
+        def progress(result, done: int, total: int) -> None:
+            tokens[0] += result.tokens
+            bar.update(task, completed=done, total=total,
+                       description=f"files tokenized ({tokens[0]} tokens)")
+
+        try:
+            index = run_prepare(input, output, tokenizer=tokenizer, field=field,
+                                train_vocab_size=vocab_size, workers=workers,
+                                tokens_per_shard=tokens_per_shard, storage_options=options,
+                                on_progress=progress)
+        except DataError as e:
+            raise _fail(e) from None
+    typer.echo(f"{output}: {index.tokens} tokens in {len(index.shards)} shards from "
+               f"{index.documents} documents (vocabulary {index.vocab_size}, {index.dtype})")
+
+
+def _connect(address: str | None) -> None:
+    import ray
+
+    if address:
+        ray.init(address=address)
+    else:  # a cluster of our own on this machine, as `brigade train` does
+        ray.init(address="local", include_dashboard=False)
