@@ -3,43 +3,73 @@
     brigade serve [--host --port --data-dir --ray-address]
                             start the service (REST API + control plane on Ray);
                             prints the URL and the admin key
-    brigade submit job.yaml submit a job spec (YAML or JSON); prints the job id
-    brigade jobs [--state S]            list jobs
-    brigade get ID                      one job, as JSON
-    brigade logs ID [-f]                its log; -f follows it with a progress bar
-    brigade cancel|suspend ID           stop it (suspend: checkpoint first)
+    brigade submit job.yaml [-f]        submit a job spec (YAML or JSON); prints the job id
+                                        (-f: follow it; exit 0 if it succeeds, 1 otherwise)
+    brigade jobs [--state S] [--tenant T]   list jobs
+    brigade get|status|events ID        one job; where it is; its state changes
+    brigade metrics ID [--format csv|jsonl] its per-step metrics
+    brigade logs ID [-f] [--tail N]     its whole log; -f follows it with a progress bar
+    brigade wait ID                     until it ends (exit 0 if it succeeded)
+    brigade cancel|suspend|delete ID    stop it (suspend: checkpoint first); remove it
     brigade resume ID [--workers N]     queue a suspended job again
     brigade checkpoints ID              its committed checkpoints
+    brigade cluster | usage             capacity and queue; usage per tenant
+    brigade login --url URL --key KEY [--profile NAME]
+                                        save a profile (the CLI and BrigadeClient() read it)
     brigade tenants create|list|get|update|delete|rotate-key
                                         tenants and their API keys (the admin key)
     brigade train job.yaml -n 2         run one engine config straight on Ray,
                                         without the service (a developer's tool)
 
-Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY; by
-default the admin key of a local `brigade serve`). The CLI never imports torch.
+Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY), else
+the profile's (`brigade --profile NAME`, BRIGADE_PROFILE, else the default
+one), else the admin key of a local `brigade serve`; read commands take
+`--output table|json|yaml`. `--install-completion` sets up shell completion.
+The CLI never imports torch.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from api.cli_data import data
 from api.cli_exports import export
-from api.cli_jobs import register_job_commands
+from api.cli_jobs import PROFILE, register_job_commands
+from api.cli_service import register_service_commands
 from api.cli_tenants import tenants
 from api.cli_train import train
-from api.listener import bind_listener, url_of
-from service.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
+app = typer.Typer(no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
 register_job_commands(app)
 app.command()(export)
+register_service_commands(app)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
 app.add_typer(data, name="data")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        try:
+            typer.echo(f"brigade {version('brigade')}")
+        except PackageNotFoundError:  # run from a checkout that is not installed
+            typer.echo("brigade (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    profile: Annotated[str | None, typer.Option(
+        envvar="BRIGADE_PROFILE", help="the saved profile to use (`brigade login`)")] = None,
+    _shown: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="print the version and exit")] = False,
+) -> None:
+    """Brigade: FSDP2 training on Ray."""
+    PROFILE["name"] = profile
 
 
 @app.command()
@@ -53,7 +83,9 @@ def serve(
     import uvicorn
 
     from api.app import create_app
+    from api.listener import bind_listener, url_of
     from service.runtime import build_supervisor
+    from service.settings import Settings
 
     given: dict[str, Any] = {"host": host, "port": port, "data_dir": data_dir and str(data_dir),
                              "ray_address": ray_address}
@@ -71,7 +103,7 @@ def serve(
         listener.close()
 
 
-def _admin_key_line(settings: Settings, key: str, generated: bool) -> str:
+def _admin_key_line(settings, key: str, generated: bool) -> str:
     """The admin key is shown once, by the start that generates it; never again."""
     if settings.admin_key:
         return "admin key: as set in BRIGADE_ADMIN_KEY"

@@ -1,36 +1,53 @@
 """The `brigade` commands that talk to a running service through the client:
-submit, jobs, get, logs, cancel, suspend, resume, checkpoints."""
+submit, jobs, get, status, events, metrics, logs, wait, cancel, suspend,
+resume, delete, checkpoints. Each read command takes `--output
+table|json|yaml`."""
 
 from __future__ import annotations
 
+import csv
+import json
+import os
 import sys
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from api.client import DEFAULT_URL, BrigadeClient, BrigadeError
-from api.schemas import JobProgress, JobPublic
-from service.settings import Settings
+from api.cli_output import Output, OutputFormat, emit, or_dash, plain, when
+from api.client import BrigadeClient, BrigadeError
+from api.profiles import ProfileError, resolve
+from api.schemas import JobProgress, JobPublic, MetricRow
 from service.states import JobState
 
-Url = Annotated[str, typer.Option("--url", envvar="BRIGADE_URL", help="the Brigade API")]
+Url = Annotated[str | None, typer.Option(
+    "--url", envvar="BRIGADE_URL", show_default=False,
+    help="the Brigade API [default: the profile's, else http://127.0.0.1:8000]")]
 Key = Annotated[str | None, typer.Option(
     "--key", envvar="BRIGADE_API_KEY", show_default=False,
-    help="API key [default: the admin key of a `brigade serve` in this directory]")]
+    help="API key [default: the profile's, else the admin key of a `brigade serve` in this directory]")]
 JobId = Annotated[str, typer.Argument(help="a job id (see `brigade jobs`)")]
+Follow = Annotated[bool, typer.Option("--follow", "-f", help="follow until the job ends")]
+
+PROFILE: dict[str, str | None] = {"name": None}  # `brigade --profile NAME ...` (cli.py sets it)
+
+
+class MetricsFormat(str, Enum):
+    csv = "csv"
+    jsonl = "jsonl"
 
 
 def register_job_commands(app: typer.Typer) -> None:
-    for command in (submit, jobs, get, logs, cancel, suspend, resume, checkpoints):
+    for command in (submit, jobs, get, status, events, metrics, logs, wait, cancel, suspend,
+                    resume, delete, checkpoints):
         app.command()(command)
 
 
@@ -39,65 +56,156 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="a retry with the same key makes no second job")
     ] = None,
-    url: Url = DEFAULT_URL,
+    follow: Follow = False,
+    url: Url = None,
     key: Key = None,
 ) -> None:
-    """Submit a job; prints its id."""
+    """Submit a job; prints its id. With -f, follow it to its end (exit
+    status 0 if it succeeds, 1 otherwise)."""
     spec = _load_spec(spec_file)
     with _client(url, key) as client:
         job = client.submit(spec, idempotency_key=idempotency_key)
-    typer.echo(f"submitted {job.name}: {job.state.value}", err=True)
-    typer.echo(job.id)
+        typer.echo(f"submitted {job.name}: {job.state.value}", err=True)
+        typer.echo(job.id)
+        if follow:
+            _end_with(_follow_with_progress(client, job.id), job.id)
 
 
 def jobs(
     state: Annotated[list[str] | None, typer.Option(help="only jobs in this state (repeatable)")] = None,
+    tenant: Annotated[str | None, typer.Option(help="the admin: only this tenant's jobs")] = None,
     limit: int = 50,
     offset: int = 0,
-    url: Url = DEFAULT_URL,
+    output: Output = OutputFormat.table,
+    url: Url = None,
     key: Key = None,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (the admin: every tenant's)."""
     with _client(url, key) as client:
-        page = client.jobs(state=state, limit=limit, offset=offset)
-    rows = [(j.id, j.name, j.state.value, _or_dash(j.workers), j.step, _when(j.created_at))
-            for j in page.items]
-    _table(("ID", "NAME", "STATE", "WORKERS", "STEP", "CREATED"), rows)
-    if page.total > page.offset + len(page.items):
+        page = client.jobs(state=state, limit=limit, offset=offset, tenant=tenant)
+    emit(page, output, lambda: (
+        ("ID", "TENANT", "NAME", "STATE", "WORKERS", "STEP", "CREATED"),
+        [(j.id, j.tenant, j.name, j.state.value, or_dash(j.workers), j.step, when(j.created_at))
+         for j in page.items]))
+    if output is OutputFormat.table and page.total > page.offset + len(page.items):
         typer.echo(f"({page.total} in all; --offset {page.offset + len(page.items)} for more)", err=True)
 
 
-def get(job_id: JobId, url: Url = DEFAULT_URL, key: Key = None) -> None:
-    """One job, as JSON."""
+def get(job_id: JobId, output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:
+    """One job (JSON unless asked otherwise)."""
     with _client(url, key) as client:
-        typer.echo(client.get(job_id).model_dump_json(indent=2))
+        job = client.get(job_id)
+    emit(job, output, lambda: (("FIELD", "VALUE"), [
+        (name, or_dash(value)) for name, value in plain(job).items() if name != "spec"]))
+
+
+def status(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:
+    """Where a job is: state, step of steps, latest loss, why it waits or
+    failed, restarts and preemptions."""
+    with _client(url, key) as client:
+        job = client.get(job_id)
+        latest = client.metrics(job_id, since_step=job.step) if job.step else []
+    loss = latest[-1].loss if latest else None
+    found = {
+        "id": job.id, "tenant": job.tenant, "name": job.name, "state": job.state.value,
+        "step": job.step, "steps": job.spec.train.steps, "loss": loss, "workers": job.workers,
+        "waiting": job.waiting, "error": job.error, "restarts": job.restarts,
+        "preemptions": job.preemptions,
+    }
+    emit(found, output, lambda: (("FIELD", "VALUE"), [
+        ("job", f"{job.id} ({job.name}, tenant {job.tenant})"),
+        ("state", job.state.value),
+        ("step", f"{job.step}/{job.spec.train.steps}"),
+        ("loss", "-" if loss is None else f"{loss:.4f}"),
+        ("workers", or_dash(job.workers)),
+        ("waiting", or_dash(job.waiting)),
+        ("error", or_dash(job.error)),
+        ("restarts", job.restarts),
+        ("preemptions", job.preemptions),
+    ]))
+
+
+def events(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:
+    """A job's state changes, oldest first, with their reasons."""
+    with _client(url, key) as client:
+        found = client.events(job_id)
+    emit(found, output, lambda: (("TIME", "FROM", "TO", "WORKERS", "REASON"), [
+        (when(e.time), e.from_state.value if e.from_state else "-", e.to_state.value,
+         or_dash(e.workers), e.reason) for e in found]))
+
+
+def metrics(
+    job_id: JobId,
+    since_step: Annotated[int, typer.Option(min=0, help="from this step on")] = 0,
+    format_: Annotated[MetricsFormat | None, typer.Option(
+        "--format", case_sensitive=False, help="csv or jsonl: one row a step, for a file")] = None,
+    output: Output = OutputFormat.table,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """A job's metrics, one row a step."""
+    with _client(url, key) as client:
+        rows = client.metrics(job_id, since_step=since_step)
+    if format_ is MetricsFormat.jsonl:
+        for row in rows:
+            typer.echo(row.model_dump_json(exclude_none=True))
+        return
+    columns = [name for name in MetricRow.model_fields
+               if any(getattr(row, name) is not None for row in rows)] or ["step"]
+    if format_ is MetricsFormat.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(getattr(row, name)) for name in columns])
+        return
+    emit(rows, output, lambda: ([c.upper() for c in columns],
+                                [tuple(_short(getattr(row, c)) for c in columns) for row in rows]))
 
 
 def logs(
     job_id: JobId,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="follow until the job ends")] = False,
-    url: Url = DEFAULT_URL,
+    follow: Follow = False,
+    tail: Annotated[int | None, typer.Option(min=1, help="only the last N lines")] = None,
+    url: Url = None,
     key: Key = None,
 ) -> None:
-    """Print a job's log; with -f, follow it with a progress bar of steps
-    (exit status 0 if the job succeeds, 1 otherwise)."""
+    """Print a job's whole log (or its last --tail N lines); with -f, follow
+    it with a progress bar of steps (exit status 0 if the job succeeds, 1
+    otherwise)."""
     with _client(url, key) as client:
-        if not follow:
-            for line in client.logs(job_id):
-                typer.echo(line.line)
-            return
-        final = _follow_with_progress(client, job_id)
-    typer.echo(f"{job_id}: {final.state.value} at step {final.step}", err=True)
-    raise typer.Exit(0 if final.state is JobState.SUCCEEDED else 1)
+        lines = client.all_logs(job_id)
+        shown = deque(lines, maxlen=tail) if tail else lines
+        after_id = 0
+        for line in shown:
+            typer.echo(line.line)
+            after_id = line.id
+        if follow:
+            _end_with(_follow_with_progress(client, job_id, after_id), job_id)
 
 
-def cancel(job_id: JobId, url: Url = DEFAULT_URL, key: Key = None) -> None:
-    """Cancel a job."""
+def wait(
+    job_id: JobId,
+    timeout: Annotated[float, typer.Option(min=0, help="give up after this many seconds")] = 86400.0,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Wait for a job to end: exit status 0 if it succeeded, 1 otherwise."""
+    with _client(url, key) as client:
+        try:
+            job = client.wait(job_id, timeout_s=timeout, poll_s=1.0)
+        except TimeoutError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+    _end_with(JobProgress(state=job.state, step=job.step, steps=job.spec.train.steps), job_id)
+
+
+def cancel(job_id: JobId, url: Url = None, key: Key = None) -> None:
+    """Cancel a job (a job cancelled already stays so)."""
     with _client(url, key) as client:
         _say_state(client.cancel(job_id))
 
 
-def suspend(job_id: JobId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+def suspend(job_id: JobId, url: Url = None, key: Key = None) -> None:
     """Checkpoint a running job, then stop it until `brigade resume`."""
     with _client(url, key) as client:
         _say_state(client.suspend(job_id))
@@ -106,7 +214,7 @@ def suspend(job_id: JobId, url: Url = DEFAULT_URL, key: Key = None) -> None:
 def resume(
     job_id: JobId,
     workers: Annotated[int | None, typer.Option(min=1, help="resume at this world size")] = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     key: Key = None,
 ) -> None:
     """Queue a suspended job again, from its latest checkpoint."""
@@ -114,37 +222,53 @@ def resume(
         _say_state(client.resume(job_id, workers=workers))
 
 
-def checkpoints(job_id: JobId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+def delete(job_id: JobId, url: Url = None, key: Key = None) -> None:
+    """Delete a finished job with its history, checkpoints and exports."""
+    with _client(url, key) as client:
+        client.delete(job_id)
+    typer.echo(f"{job_id}: deleted", err=True)
+
+
+def checkpoints(job_id: JobId, output: Output = OutputFormat.table, url: Url = None,
+                key: Key = None) -> None:
     """A job's committed checkpoints."""
     with _client(url, key) as client:
         found = client.checkpoints(job_id)
-    _table(("STEP", "WORLD SIZE", "BYTES", "CREATED", "URI"),
-           [(c.step, c.world_size, c.bytes, _when(c.created_at), c.uri) for c in found])
+    emit(found, output, lambda: (("STEP", "WORLD SIZE", "BYTES", "CREATED", "URI"),
+                                 [(c.step, c.world_size, c.bytes, when(c.created_at), c.uri)
+                                  for c in found]))
 
 
 @contextmanager
-def _client(url: str, key: str | None) -> Iterator[BrigadeClient]:
+def _client(url: str | None, key: str | None) -> Iterator[BrigadeClient]:
     try:
-        with BrigadeClient(url, key or _local_admin_key()) as client:
+        connection = resolve(url, key, PROFILE["name"])
+        client = BrigadeClient(connection.url, connection.key or _local_admin_key())
+    except ProfileError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        with client:
             yield client
     except BrigadeError as e:
         typer.echo(f"error: {e.message} (HTTP {e.status})", err=True)
         raise typer.Exit(1) from None
     except httpx.TransportError as e:
-        typer.echo(f"error: cannot reach Brigade at {url}: {e}", err=True)
+        typer.echo(f"error: cannot reach Brigade at {client.url}: {e}", err=True)
         raise typer.Exit(1) from None
 
 
 def _local_admin_key() -> str | None:
-    """BRIGADE_ADMIN_KEY, or the key a `brigade serve` here generated."""
+    """BRIGADE_ADMIN_KEY, or the key a `brigade serve` in this directory
+    generated (under BRIGADE_DATA_DIR, by default ./.data, as the service
+    keeps it: service.settings)."""
+    if key := os.environ.get("BRIGADE_ADMIN_KEY"):
+        return key
+    path = Path(os.environ.get("BRIGADE_DATA_DIR") or Path.cwd() / ".data") / "admin_key"
     try:
-        settings = Settings()
-    except ValidationError:
+        return path.read_text().strip() or None
+    except OSError:
         return None
-    if settings.admin_key:
-        return settings.admin_key
-    path = settings.admin_key_file
-    return path.read_text().strip() if path.is_file() else None
 
 
 def _load_spec(path: Path) -> dict:
@@ -160,13 +284,13 @@ def _load_spec(path: Path) -> dict:
     return spec
 
 
-def _follow_with_progress(client: BrigadeClient, job_id: str) -> JobProgress:
+def _follow_with_progress(client: BrigadeClient, job_id: str, after_id: int = 0) -> JobProgress:
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     final = None
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(job_id, total=None)
-        for event in client.follow(job_id):
+        for event in client.follow(job_id, after_id):
             if isinstance(event, JobProgress):
                 final = event
                 bar.update(task, completed=event.step, total=event.steps,
@@ -179,20 +303,24 @@ def _follow_with_progress(client: BrigadeClient, job_id: str) -> JobProgress:
     return final
 
 
+def _end_with(final: JobProgress, job_id: str) -> None:
+    """Say how the job ended; exit 0 if it succeeded, else 1."""
+    typer.echo(f"{job_id}: {final.state.value} at step {final.step}", err=True)
+    raise typer.Exit(0 if final.state is JobState.SUCCEEDED else 1)
+
+
 def _say_state(job: JobPublic) -> None:
     typer.echo(f"{job.id}: {job.state.value}")
 
 
-def _table(header: tuple, rows: list[tuple]) -> None:
-    cells = [tuple(str(c) for c in row) for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+def _cell(value) -> str:
+    """A CSV cell: nested values as JSON, none as empty."""
+    if value is None:
+        return ""
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
 
 
-def _or_dash(value) -> str:
-    return "-" if value is None else str(value)
-
-
-def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}"
+def _short(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return or_dash(_cell(value) if isinstance(value, dict | list) else value)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from api.cli_jobs import Key, Url, _client, _table, _when
-from api.client import DEFAULT_URL
+from api.cli_jobs import Key, Url, _client
+from api.cli_output import Output, OutputFormat, emit, when
 from api.schemas import TenantKey
 from workers.spec import MAX_PRIORITY
 
@@ -28,7 +28,7 @@ tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (th
 def create(name: Annotated[str, typer.Argument(help="lower-case letters, digits and '-'")],
            max_workers: MaxWorkers = None, max_gpus: MaxGpus = None, max_running_jobs: MaxRunning = None,
            max_queued_jobs: MaxQueued = None, max_priority: MaxPriority = None, weight: Weight = None,
-           url: Url = DEFAULT_URL, key: Key = None) -> None:
+           url: Url = None, key: Key = None) -> None:
     """Create a tenant; prints its API key (shown this once)."""
     quota = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
     with _client(url, key) as client:
@@ -36,20 +36,22 @@ def create(name: Annotated[str, typer.Argument(help="lower-case letters, digits 
 
 
 @tenants.command("list")
-def list_tenants(url: Url = DEFAULT_URL, key: Key = None) -> None:
+def list_tenants(output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:
     """Every tenant, by name."""
     with _client(url, key) as client:
         page = client.tenants()
-    _table(("ID", "NAME", "MAX PRIORITY", "WEIGHT", "QUOTA", "CREATED"),
-           [(t.id, t.name, t.max_priority, t.weight, _quota_text(t.quota.model_dump()),
-             _when(t.created_at)) for t in page.items])
+    emit(page, output, lambda: (
+        ("ID", "NAME", "MAX PRIORITY", "WEIGHT", "QUOTA", "CREATED"),
+        [(t.id, t.name, t.max_priority, t.weight, _quota_text(t.quota.model_dump()),
+          when(t.created_at)) for t in page.items]))
 
 
 @tenants.command()
-def get(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None:
-    """One tenant, as JSON."""
+def get(tenant_id: TenantId, output: Output = OutputFormat.json, url: Url = None,
+        key: Key = None) -> None:
+    """One tenant (JSON unless asked otherwise)."""
     with _client(url, key) as client:
-        typer.echo(client.tenant(tenant_id).model_dump_json(indent=2))
+        emit(client.tenant(tenant_id), output)
 
 
 @tenants.command()
@@ -58,17 +60,17 @@ def update(tenant_id: TenantId, max_workers: MaxWorkers = None, max_gpus: MaxGpu
            unlimit: Annotated[list[str] | None, typer.Option(
                help="lift this limit, e.g. max_gpus (repeatable)")] = None,
            max_priority: MaxPriority = None, weight: Weight = None,
-           url: Url = DEFAULT_URL, key: Key = None) -> None:
-    """Change a tenant's quota limits, max priority or weight; prints it as JSON."""
+           output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:
+    """Change a tenant's quota limits, max priority or weight; prints it (JSON unless asked otherwise)."""
     limits = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
     quota = {**limits, **dict.fromkeys(unlimit or ())} or None
     with _client(url, key) as client:
         updated = client.update_tenant(tenant_id, quota, max_priority, weight)
-    typer.echo(updated.model_dump_json(indent=2))
+    emit(updated, output)
 
 
 @tenants.command()
-def delete(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+def delete(tenant_id: TenantId, url: Url = None, key: Key = None) -> None:
     """Delete a tenant, its key and its finished jobs (refused while any job is unfinished)."""
     with _client(url, key) as client:
         client.delete_tenant(tenant_id)
@@ -76,7 +78,7 @@ def delete(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None
 
 
 @tenants.command("rotate-key")
-def rotate_key(tenant_id: TenantId, url: Url = DEFAULT_URL, key: Key = None) -> None:
+def rotate_key(tenant_id: TenantId, url: Url = None, key: Key = None) -> None:
     """A new API key for a tenant (printed once); the old one stops working now."""
     with _client(url, key) as client:
         _say_key(client.rotate_key(tenant_id), "new key for")

@@ -6,8 +6,16 @@
             print(line.line)
         print(brigade.get(job.id).state)
 
-Every non-2xx answer raises `BrigadeError(status, message)`; a server that
-cannot be reached raises httpx's own `httpx.TransportError`.
+`BrigadeClient()` with no URL or key takes them from `BRIGADE_URL` and
+`BRIGADE_API_KEY`, else from the saved profile (`brigade login`; see
+`api.profiles`).
+
+Calls that may safely be sent twice (reads, cancel, delete, and a submit,
+which always carries an `Idempotency-Key`) are retried after a 429 or a 503
+(waiting as `Retry-After` says) and after a connection error, with a
+bounded exponential backoff. Every non-2xx answer left raises
+`BrigadeError(status, message)`; a server that cannot be reached raises
+httpx's own `httpx.TransportError`.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +31,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import TypeAdapter
 
+from api.profiles import DEFAULT_URL, resolve
 from api.schemas import (
     CheckpointPublic,
     ClusterPublic,
@@ -43,8 +53,11 @@ from api.schemas import (
 from service.states import JobState
 from workers.spec import JobSpec
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 STREAM_READ_TIMEOUT_S = 60.0  # the server sends at least a heartbeat every 15 s
+RETRY_STATUSES = frozenset({429, 503})
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+__all__ = ["DEFAULT_URL", "BrigadeClient", "BrigadeError", "Retry"]
 
 T = TypeVar("T")
 
@@ -57,12 +70,33 @@ class BrigadeError(Exception):
         self.status, self.message, self.field = status, message, field
 
 
+class Retry:
+    """How a call that may be sent again is retried: up to `attempts` sends
+    in all, waiting `base_s x 2^n` (at most `max_wait_s`) after a connection
+    error, or what `Retry-After` asks (also at most `max_wait_s`) after a
+    429 or 503."""
+
+    def __init__(self, attempts: int = 4, base_s: float = 0.25, max_wait_s: float = 10.0):
+        self.attempts, self.base_s, self.max_wait_s = max(1, attempts), base_s, max_wait_s
+
+    def wait_s(self, tried: int, response: httpx.Response | None) -> float:
+        backoff = min(self.max_wait_s, self.base_s * 2 ** (tried - 1))
+        if response is None:
+            return backoff
+        after = _retry_after(response.headers.get("Retry-After"))
+        return min(self.max_wait_s, backoff if after is None else after)
+
+
 class BrigadeClient:
-    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None,
-                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
+    def __init__(self, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 *, profile: str | None = None, retry: Retry | None = None):
+        connection = resolve(base_url, api_key, profile)
+        self.url = connection.url.rstrip("/")
+        headers = {"Authorization": f"Bearer {connection.key}"} if connection.key else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers,
                                   timeout=timeout, transport=transport)
+        self.retry = retry or Retry()
 
     def close(self) -> None:
         self._http.close()
@@ -76,9 +110,11 @@ class BrigadeClient:
     # Jobs
 
     def submit(self, spec: dict | JobSpec, idempotency_key: str | None = None) -> JobPublic:
+        """Queue a job. Every submit carries an `Idempotency-Key` (a fresh one
+        unless given), so a retry after a lost answer makes no second job."""
         body = spec.to_json() if isinstance(spec, JobSpec) else spec
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._call(JobPublic, "POST", "/v1/jobs", json=body, headers=headers)
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        return self._call(JobPublic, "POST", "/v1/jobs", json=body, headers=headers, idempotent=True)
 
     def jobs(self, state: str | JobState | Iterable[str | JobState] | None = None,
              limit: int = 50, offset: int = 0, tenant: str | None = None) -> JobsPublic:
@@ -95,7 +131,8 @@ class BrigadeClient:
         return self._call(JobPublic, "GET", f"/v1/jobs/{job_id}")
 
     def cancel(self, job_id: str) -> JobPublic:
-        return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/cancel")
+        """Cancel; a job cancelled already is answered as it is (so retried)."""
+        return self._call(JobPublic, "POST", f"/v1/jobs/{job_id}/cancel", idempotent=True)
 
     def delete(self, job_id: str) -> None:
         """Remove a finished job with its history, checkpoints and exports."""
@@ -128,12 +165,25 @@ class BrigadeClient:
         return self._call(list[MetricRow], "GET", f"/v1/jobs/{job_id}/metrics",
                           params={"since_step": since_step})
 
-    def logs(self, job_id: str, follow: bool = False, after_id: int = 0) -> list[LogLine] | Iterator[LogLine]:
-        """The log lines after `after_id`; with `follow`, a generator of lines
-        that ends when the job does."""
+    def logs(self, job_id: str, follow: bool = False, after_id: int = 0,
+             limit: int = 1000) -> list[LogLine] | Iterator[LogLine]:
+        """One page of (up to `limit`) log lines after `after_id`; with
+        `follow`, a generator of lines that ends when the job does. See
+        `all_logs` for every line."""
         if follow:
             return (e for e in self.follow(job_id, after_id) if isinstance(e, LogLine))
-        return self._call(list[LogLine], "GET", f"/v1/jobs/{job_id}/logs", params={"after_id": after_id})
+        return self._call(list[LogLine], "GET", f"/v1/jobs/{job_id}/logs",
+                          params={"after_id": after_id, "limit": limit})
+
+    def all_logs(self, job_id: str, after_id: int = 0, page: int = 1000) -> Iterator[LogLine]:
+        """Every log line after `after_id`, page by page, oldest first."""
+        while True:
+            lines = self._call(list[LogLine], "GET", f"/v1/jobs/{job_id}/logs",
+                               params={"after_id": after_id, "limit": page})
+            yield from lines
+            if len(lines) < page:
+                return
+            after_id = lines[-1].id
 
     def follow(self, job_id: str, after_id: int = 0) -> Iterator[LogLine | JobProgress]:
         """The job's log stream: its lines, and its progress whenever the state
@@ -250,16 +300,39 @@ class BrigadeClient:
     def _call(self, schema: type[T], method: str, path: str, **kwargs) -> T:
         return _adapter(schema).validate_json(self._send(method, path, **kwargs).content)
 
-    def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
-        response = self._http.request(method, path, **kwargs)
-        if not response.is_success:
-            raise _error(response)
-        return response
+    def _send(self, method: str, path: str, *, idempotent: bool | None = None,
+              **kwargs) -> httpx.Response:
+        """Send; a call that may be sent twice is retried (see `Retry`)."""
+        again = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
+        attempts = self.retry.attempts if again else 1
+        for tried in range(1, attempts + 1):
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.TransportError:
+                if tried == attempts:
+                    raise
+                time.sleep(self.retry.wait_s(tried, None))
+                continue
+            if response.status_code in RETRY_STATUSES and tried < attempts:
+                time.sleep(self.retry.wait_s(tried, response))
+                continue
+            if not response.is_success:
+                raise _error(response)
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 # One validator per response type, keyed by the type form (a class, or an alias
 # such as list[LogLine]): `object`, since mypy does not take type[...] as Hashable.
 _adapter: Callable[[object], TypeAdapter[Any]] = functools.cache(TypeAdapter)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (its HTTP-date form is not used by Brigade)."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _given(**fields) -> dict:

@@ -40,7 +40,8 @@ def test_submit_get_jobs_cancel(brigade, spec_file):
 
     listed = brigade("jobs", "--state", "QUEUED", "--limit", "500")
     assert listed.exit_code == 0
-    assert listed.stdout.splitlines()[0].split() == ["ID", "NAME", "STATE", "WORKERS", "STEP", "CREATED"]
+    assert listed.stdout.splitlines()[0].split() == ["ID", "TENANT", "NAME", "STATE", "WORKERS", "STEP",
+                                                     "CREATED"]
     assert any(line.startswith(job_id) and "QUEUED" in line for line in listed.stdout.splitlines())
 
     cancelled = brigade("cancel", job_id)

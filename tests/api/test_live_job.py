@@ -64,3 +64,29 @@ def test_a_job_runs_to_success_and_every_route_tells_of_it(live_client):
     assert transitions[0] is JobState.QUEUED and transitions[-1] is JobState.SUCCEEDED
     assert client.logs(job.id) and all(isinstance(line, LogLine) for line in client.logs(job.id))
     assert client.workers(job.id) == []  # released
+
+
+def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(SPEC | {"name": "followed"}))
+    env = {"BRIGADE_URL": live_client.url, "BRIGADE_API_KEY": ADMIN_KEY,
+           "BRIGADE_CONFIG": str(tmp_path / "none.yaml")}
+    runner = CliRunner()
+    followed = runner.invoke(app, ["submit", "--follow", str(spec_file)], env=env)
+    assert followed.exit_code == 0, followed.output
+    job_id = followed.stdout.splitlines()[0]
+    assert f"step {STEPS}/{STEPS}" in followed.stdout and "SUCCEEDED" in followed.stderr
+    assert runner.invoke(app, ["wait", job_id], env=env).exit_code == 0
+    status = json.loads(runner.invoke(app, ["status", job_id, "-o", "json"], env=env).stdout)
+    assert (status["state"], status["step"]) == ("SUCCEEDED", STEPS) and status["loss"] > 0
+
+    usage = {u.tenant: u for u in live_client.usage(window_s=3600).tenants}
+    assert usage["admin"].jobs.get("SUCCEEDED", 0) >= 1
+    assert usage["admin"].worker_seconds > 2 * 0.5  # two workers, for longer than half a second

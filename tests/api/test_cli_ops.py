@@ -1,0 +1,128 @@
+"""The `brigade` read commands and profiles through typer's runner against
+the live server: status, events, metrics (csv, jsonl), logs read whole (2,500
+lines, several pages) or its tail, wait, cluster, usage, `--output
+json|yaml`, `login` writing a 0600 profile that `BrigadeClient()` reads too
+(the environment overriding it), `--version` and shell completion."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import stat
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from api.cli import app
+from api.client import BrigadeClient
+from tests.api.conftest import ADMIN_KEY
+from tests.api.test_jobs import SPEC
+
+
+@pytest.fixture
+def brigade(server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = {"BRIGADE_URL": server.url, "BRIGADE_API_KEY": ADMIN_KEY, "BRIGADE_ADMIN_KEY": None,
+           "BRIGADE_CONFIG": str(tmp_path / "config.yaml"), "BRIGADE_PROFILE": None}
+    runner = CliRunner()
+    return lambda *args, **kw: runner.invoke(app, list(args), env=env | kw.pop("env", {}), **kw)
+
+
+def rows(n: int, start: int = 1) -> list[dict]:
+    return [{"step": s, "loss": 6.0 - s / 10, "lr": 1e-3, "tokens_per_s": 100.0,
+             "comm_bytes_by_op": {"all_gather": 10}} for s in range(start, start + n)]
+
+
+def test_status_events_and_metrics(brigade, client, store):
+    job = client.submit(SPEC)
+    store.transition(job.id, "STARTING", reason="admitted", workers=2, attempt=1)
+    store.transition(job.id, "RUNNING", reason="started")
+    store.record_metrics(job.id, 1, rows(3))
+    store.update_job(job.id, step=3)
+
+    shown = brigade("status", job.id)
+    assert shown.exit_code == 0, shown.output
+    assert "RUNNING" in shown.stdout and "3/5" in shown.stdout and "5.7000" in shown.stdout
+    as_json = json.loads(brigade("status", job.id, "-o", "json").stdout)
+    assert (as_json["state"], as_json["step"], as_json["steps"], as_json["loss"]) == ("RUNNING", 3, 5, 5.7)
+    assert as_json["tenant"] == "admin" and as_json["restarts"] == 0
+
+    events = yaml.safe_load(brigade("events", job.id, "--output", "yaml").stdout)
+    assert [e["to_state"] for e in events] == ["QUEUED", "STARTING", "RUNNING"]
+    assert "admitted" in brigade("events", job.id).stdout
+
+    table = csv.DictReader(io.StringIO(brigade("metrics", job.id, "--format", "csv").stdout))
+    read = list(table)
+    assert [r["step"] for r in read] == ["1", "2", "3"] and read[0]["loss"] == "5.9"
+    assert json.loads(read[0]["comm_bytes_by_op"]) == {"all_gather": 10}
+    assert "checkpoint_step" not in table.fieldnames  # no column that is empty throughout
+    lines = brigade("metrics", job.id, "--format", "jsonl", "--since-step", "2").stdout.splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [2, 3]
+    assert "LOSS" in brigade("metrics", job.id).stdout
+    client.cancel(job.id)
+
+
+def test_logs_read_whole_and_their_tail(brigade, client, store):
+    job = client.submit(SPEC)
+    store.append_log(job.id, [f"line {i}" for i in range(2500)])
+    whole = brigade("logs", job.id)
+    assert whole.exit_code == 0 and whole.stdout.splitlines() == [f"line {i}" for i in range(2500)]
+    assert brigade("logs", job.id, "--tail", "3").stdout.splitlines() == ["line 2497", "line 2498",
+                                                                           "line 2499"]
+    client.cancel(job.id)
+    followed = brigade("logs", job.id, "--tail", "1", "-f")
+    assert followed.exit_code == 1 and followed.stdout.splitlines() == ["line 2499"]
+
+
+def test_wait_and_outputs_of_the_service_commands(brigade, client):
+    job = client.submit(SPEC)
+    client.cancel(job.id)
+    waited = brigade("wait", job.id)
+    assert waited.exit_code == 1 and "CANCELLED" in waited.stderr
+
+    listed = json.loads(brigade("jobs", "-o", "json", "--limit", "500").stdout)
+    assert job.id in {j["id"] for j in listed["items"]}
+    assert "TENANT" in brigade("jobs").stdout
+    cluster = json.loads(brigade("cluster", "-o", "json").stdout)
+    assert cluster["capacity"]["cpu"] > 0
+    assert "cpu" in brigade("cluster").stdout
+    usage = yaml.safe_load(brigade("usage", "--window", "3600", "-o", "yaml").stdout)
+    assert usage["window_s"] == 3600 and isinstance(usage["tenants"], list)
+    assert "TENANT" in brigade("usage").stdout
+    assert brigade("delete", job.id).exit_code == 0
+    gone = brigade("get", job.id)
+    assert gone.exit_code == 1 and "not found" in gone.stderr
+
+
+def test_login_saves_a_private_profile_that_the_client_reads(brigade, server, tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    refused = brigade("login", "--url", server.url, "--key", "wrong")
+    assert refused.exit_code == 1 and "invalid API key" in refused.stderr and not config.exists()
+    saved = brigade("login", "--url", server.url, "--key", ADMIN_KEY, "--profile", "local")
+    assert saved.exit_code == 0, saved.output
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert yaml.safe_load(config.read_text()) == {
+        "profiles": {"local": {"url": server.url, "key": ADMIN_KEY}}, "default": "local"}
+
+    bare = {"BRIGADE_URL": None, "BRIGADE_API_KEY": None}
+    assert brigade("jobs", env=bare).exit_code == 0  # the default profile
+    assert brigade("--profile", "local", "jobs", env=bare).exit_code == 0
+    missing = brigade("--profile", "nope", "jobs", env=bare)
+    assert missing.exit_code == 2 and "no profile 'nope'" in missing.stderr
+    overridden = brigade("jobs", env={"BRIGADE_URL": None, "BRIGADE_API_KEY": "bad"})
+    assert overridden.exit_code == 1 and "invalid API key" in overridden.stderr  # env wins
+
+    monkeypatch.setenv("BRIGADE_CONFIG", str(config))
+    monkeypatch.delenv("BRIGADE_URL", raising=False)
+    monkeypatch.delenv("BRIGADE_API_KEY", raising=False)
+    with BrigadeClient() as sdk:
+        assert sdk.url == server.url and sdk.jobs(limit=1).limit == 1
+
+
+def test_version_and_completion(brigade):
+    version = brigade("--version")
+    assert version.exit_code == 0 and version.stdout.startswith("brigade ")
+    completion = brigade("--show-completion", "bash")
+    assert completion.exit_code == 0 and "complete" in completion.stdout
