@@ -47,9 +47,10 @@ def series_of(rows: list[dict], points: int) -> dict[str, SeriesPublic]:
 
 
 def marks_of(rows: list[dict]) -> list[StepMark]:
-    """The first step of every attempt after the first: what brought it there."""
+    """The first step of every attempt that resumed from a checkpoint: what
+    brought it there (a restart, a preemption; else a resume after a suspend)."""
     return [StepMark(step=row["step"], kind=row.get("recovered_from") or "resume")
-            for row in rows if row.get("resumed_from") is not None]
+            for row in rows if row.get("recovered_from") or (row.get("resumed_from") or 0) > 0]
 
 
 def _number(value) -> bool:

@@ -22,11 +22,27 @@ const Chart = (() => {
     return out;
   }
 
-  // figure: the <figure> to draw into; lines: [{name, key, data: {step, value}, cls, dashed}]
-  function draw(figure, title, lines, marks, format) {
+  // Ticks on a log10 axis: the powers of ten in range (with 2x and 5x over a short range).
+  function logTicks(lo, hi) {
+    const out = [];
+    const mults = hi - lo < 2 ? [1, 2, 5] : [1];
+    for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+      for (const m of mults) {
+        const t = e + Math.log10(m);
+        if (t >= lo && t <= hi) out.push(t);
+      }
+    }
+    return out.length ? out : [lo];
+  }
+
+  // figure: the <figure> to draw into; lines: [{name, key, data: {step, value}, cls, dashed}];
+  // opts.log: a log10 value axis (for series orders of magnitude apart)
+  function draw(figure, title, lines, marks, format, opts) {
+    const log = Boolean(opts && opts.log);
+    const fy = log ? (v) => Math.log10(Math.max(v, 1e-12)) : (v) => v;
     figure.replaceChildren();
     const caption = document.createElement("figcaption");
-    caption.textContent = title;
+    caption.textContent = title + (log ? " (log scale)" : "");
     figure.append(caption);
     const present = lines.filter((l) => l.data && l.data.step.length);
     const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, role: "img",
@@ -41,7 +57,7 @@ const Chart = (() => {
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
     for (const l of present) {
       for (const s of l.data.step) { x0 = Math.min(x0, s); x1 = Math.max(x1, s); }
-      for (const v of l.data.value) { y0 = Math.min(y0, v); y1 = Math.max(y1, v); }
+      for (const v of l.data.value) { y0 = Math.min(y0, fy(v)); y1 = Math.max(y1, fy(v)); }
     }
     if (x1 === x0) x1 = x0 + 1;
     if (y1 === y0) { y0 -= Math.abs(y0) * 0.05 || 1; y1 += Math.abs(y1) * 0.05 || 1; }
@@ -49,10 +65,10 @@ const Chart = (() => {
     const sx = (x) => M.l + (x - x0) / (x1 - x0) * (W - M.l - M.r);
     const sy = (y) => H - M.b - (y - y0) / (y1 - y0) * (H - M.t - M.b);
     const grid = svg("g", {class: "grid"});
-    for (const v of ticks(y0, y1, 4)) {
+    for (const v of log ? logTicks(y0, y1) : ticks(y0, y1, 4)) {
       grid.append(svg("line", {x1: M.l, x2: W - M.r, y1: sy(v), y2: sy(v)}));
       const t = svg("text", {x: M.l - 6, y: sy(v) + 4, "text-anchor": "end", class: "axis-label"});
-      t.textContent = format(v);
+      t.textContent = format(log ? Math.pow(10, v) : v);
       grid.append(t);
     }
     for (const v of ticks(x0, x1, 6)) {
@@ -74,7 +90,7 @@ const Chart = (() => {
       root.append(g);
     }
     for (const l of present) {
-      const pts = l.data.step.map((s, i) => `${sx(s).toFixed(1)},${sy(l.data.value[i]).toFixed(1)}`);
+      const pts = l.data.step.map((s, i) => `${sx(s).toFixed(1)},${sy(fy(l.data.value[i])).toFixed(1)}`);
       root.append(svg("polyline", {points: pts.join(" "), class: `line ${l.cls}` + (l.dashed ? " dashed" : ""),
         "data-series": l.key, "data-points": l.data.step.length}));
     }

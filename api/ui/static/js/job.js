@@ -45,6 +45,13 @@ document.addEventListener("DOMContentLoaded", () => {
     if (!input.placeholder || input.placeholder === "as before") input.placeholder = job.spec.workers.min ?? job.spec.workers;
   }
 
+  // How many times the larger of two series' last values is the smaller one's.
+  function spread(series, a, b) {
+    const last = (k) => series[k] && series[k].value.length ? series[k].value[series[k].value.length - 1] : null;
+    const x = last(a), y = last(b);
+    return x && y ? Math.max(x, y) / Math.min(x, y) : 1;
+  }
+
   function line(series, key, name, cls, dashed) {
     return {key, name, cls, dashed, data: series[key]};
   }
@@ -65,7 +72,7 @@ document.addEventListener("DOMContentLoaded", () => {
       [line(s.series, "tokens_per_s", "tokens/s", "c3")], marks, (v) => number(v));
     Chart.draw(figures.memory, "Memory per rank: measured peak vs theory (16 B/param / N + the largest unit)",
       [line(s.series, "peak_mem_bytes", "peak", "c4"), line(s.series, "mem_theory_bytes", "theory", "c5", true)],
-      marks, bytes);
+      marks, bytes, {log: spread(s.series, "peak_mem_bytes", "mem_theory_bytes") > 20});
     Chart.draw(figures.comm, "Bytes moved per step vs the formula",
       [line(s.series, "comm_bytes", "measured", "c6"), line(s.series, "comm_bytes_theory", "theory", "c5", true)],
       marks, bytes);
@@ -85,13 +92,13 @@ document.addEventListener("DOMContentLoaded", () => {
       el("td", {class: "num"}, w.pid ?? "-"), el("td", {}, w.state))), "No ranks running.", 4);
     if (hasExports) {
       const exports = await api("GET", `${base}/exports`);
-      const items = Array.isArray(exports) ? exports : (exports.items || []);
-      fill(document.querySelector("#exports tbody"), items.map((x) => {
-        const name = x.name || x.format || x.id || `step ${x.step}`;
-        const href = x.download_url || x.url || `${base}/exports/${encodeURIComponent(x.id || x.name)}/download`;
-        return el("tr", {}, el("td", {}, name), el("td", {class: "num"}, bytes(x.bytes)),
-          el("td", {}, el("a", {href, download: ""}, "download")));
-      }), "No exports.", 3);
+      fill(document.querySelector("#exports tbody"), exports.slice().reverse().map((x) => el("tr", {},
+        el("td", {class: "mono"}, x.id), el("td", {class: "num"}, x.step), el("td", {}, x.dtype),
+        el("td", {class: "num"}, bytes(x.bytes)),
+        el("td", {class: "files"}, Object.entries(x.files).map(([name, f]) => el("a", {
+          href: `${base}/exports/${encodeURIComponent(x.id)}/files/${encodeURIComponent(name)}`,
+          download: name, title: `sha256 ${f.sha256}`}, `${name} (${bytes(f.size)})`))))),
+      "No export yet: one is made when the job succeeds.", 5);
     }
   }
 
@@ -130,6 +137,8 @@ document.addEventListener("DOMContentLoaded", () => {
     result.hidden = false;
   }
   document.getElementById("suspend").addEventListener("click", () => act("suspend"));
+  const exportButton = document.getElementById("export");
+  if (exportButton) exportButton.addEventListener("click", () => act("exports", {}));
   document.getElementById("cancel").addEventListener("click", () => act("cancel"));
   document.getElementById("resume").addEventListener("click", () => {
     const n = document.getElementById("resume-workers").value.trim();

@@ -11,6 +11,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const next = document.getElementById("next-page");
   const pageLabel = document.getElementById("page-label");
 
+  const admin = document.querySelectorAll("#jobs-table thead th").length === 8;
   const query = new URLSearchParams(location.search);
   stateFilter.value = query.get("state") || "";
   if (stateFilter.value !== (query.get("state") || "")) stateFilter.value = "";
@@ -36,6 +37,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const rows = page.items.map((job) => el("tr", {"data-job-id": job.id},
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
         el("div", {class: "muted mono small"}, job.id)),
+      admin ? el("td", {}, job.tenant) : null,
       el("td", {}, badge(job.state)),
       el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}`),
       el("td", {class: "num"}, job.workers ?? "-"),
@@ -43,7 +45,7 @@ document.addEventListener("DOMContentLoaded", () => {
       el("td", {}, time(job.created_at)),
       el("td", {class: "note"}, job.waiting || job.error || ""),
     ));
-    fill(tbody, rows, "No jobs match.", 7);
+    fill(tbody, rows, "No jobs match.", admin ? 8 : 7);
     const limit = page.limit;
     const first = total ? page.offset + 1 : 0;
     const last = Math.min(total, page.offset + page.items.length);

@@ -1,0 +1,261 @@
+"""The dashboard in a real browser (headless Chromium, Debian's packages,
+driven by Selenium) against a real `brigade serve` running real tiny jobs:
+one server and one browser for the whole module.
+
+Every page visited is checked for requests to any host but the server (the
+browser's own network log) and for console errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import httpx
+import pytest
+
+from api.sessions import COOKIE, CSRF_HEADER
+from tests.e2e.browser import Browser, available
+from tests.e2e.serve_harness import KEY, Server
+
+WHY_NOT = available()
+if WHY_NOT and os.environ.get("CI") != "true":
+    pytest.skip(f"no browser here: {WHY_NOT}", allow_module_level=True)
+# Under CI the browser must be there (.ci/run installs it): a missing one fails below.
+
+SLOW_JOB = """\
+name: dash-live
+workers: 2
+resources_per_worker: {cpu: 1}
+model: {n_layers: 2, d_model: 48, n_heads: 4, seq_len: 32}
+data: {source: builtin}
+train: {steps: 600, global_batch_size: 12, lr: 0.003}
+checkpoint: {every_steps: 5, keep_last: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("dashboard")).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert WHY_NOT is None, WHY_NOT
+    b = Browser()
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def tenants(server):
+    made = {n: server.http.post("/v1/tenants", json={"name": n}).json() for n in ("team-a", "team-b")}
+    assert all("api_key" in t for t in made.values()), made
+    return made
+
+
+@pytest.fixture(scope="module")
+def state():
+    return {}
+
+
+def wait_for(what, predicate, timeout_s: float = 60.0, every_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every_s)
+
+
+def clean(browser: Browser, server: Server, allow: tuple[str, ...] = ()) -> None:
+    """Nothing but the server was asked for, and the console has no error (but `allow`)."""
+    urls, console = browser.drain()
+    foreign = [u for u in browser.foreign(urls, server.url) if not u.startswith("chrome://")]
+    assert foreign == [], foreign
+    errors = [e for e in console if e["level"] == "SEVERE"
+              and not any(a in e["message"] for a in allow)]
+    assert errors == [], errors
+
+
+def text_of(browser: Browser, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found = browser.driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def sign_in(browser: Browser, server: Server, key: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    d = browser.driver
+    d.get(server.url + "/")
+    wait_for("the sign-in page", lambda: "/login" in d.current_url)
+    d.find_element(By.ID, "api-key").send_keys(key)
+    d.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    wait_for("the jobs page", lambda: d.find_elements(By.ID, "jobs-table") and "/login" not in d.current_url)
+
+
+def points(browser: Browser, series: str = "loss") -> int:
+    return int(browser.driver.execute_script(
+        "const l = document.querySelector(`polyline[data-series='${arguments[0]}']`);"
+        "return l ? Number(l.dataset.points) : 0;", series))
+
+
+def events_text(browser: Browser) -> str:
+    return text_of(browser, "#events tbody")
+
+
+def test_sign_in_sets_an_httponly_samesite_strict_cookie(server, browser, tenants):
+    sign_in(browser, server, tenants["team-a"]["api_key"])
+    cookie = browser.driver.get_cookie(COOKIE)
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert COOKIE not in browser.driver.execute_script("return document.cookie")  # scripts cannot read it
+    assert tenants["team-a"]["api_key"] not in cookie["value"]
+    assert text_of(browser, "#tenant") == "team-a"
+    clean(browser, server)
+
+
+def test_a_submitted_jobs_curve_grows_then_suspend_and_resume_from_the_page(server, browser, state):
+    from selenium.webdriver.common.by import By
+
+    d = browser.driver
+    d.get(server.url + "/submit")
+    area = d.find_element(By.ID, "spec-yaml")
+    area.clear()
+    area.send_keys("name: dash-live\ntrain: {steps: 0}\nmodel: {}\n")
+    d.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+    error = wait_for("the API's refusal", lambda: text_of(browser, "#submit-error"))
+    assert error.startswith("train.steps: Input should be greater than or equal to 1"), error
+    clean(browser, server, allow=("/ui/jobs - Failed to load resource",))  # the 422 itself
+    d.execute_script("document.getElementById('spec-yaml').value = arguments[0]", SLOW_JOB)
+    d.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+    wait_for("the job's page", lambda: "/jobs/j-" in d.current_url)
+    job_id = d.current_url.rsplit("/", 1)[1]
+    state["job"] = job_id
+
+    first = wait_for("a curve", lambda: points(browser), timeout_s=120)
+    wait_for("the curve to grow", lambda: points(browser) > first, timeout_s=60)
+    assert "RUNNING" in text_of(browser, "#job-state")
+    assert text_of(browser, "#workers tbody").count("127.0.0.1") + \
+        len(re.findall(r"\d+\.\d+\.\d+\.\d+", text_of(browser, "#workers tbody"))) >= 2  # ranks' nodes
+
+    d.find_element(By.ID, "suspend").click()
+    wait_for("SUSPENDED", lambda: "SUSPENDED" in text_of(browser, "#job-state") and
+             not d.find_element(By.ID, "resume").get_attribute("disabled"), timeout_s=120)
+    assert "suspend requested by" in events_text(browser)
+    rows = server.get(f"/v1/jobs/{job_id}/metrics")  # a suspended job writes no more rows
+    wait_for("every row drawn", lambda: points(browser) == len(rows), timeout_s=10)
+    assert d.find_element(By.ID, "chart-loss").get_attribute("data-rows") == str(len(rows))
+
+    d.find_element(By.ID, "resume-workers").send_keys("1")
+    d.find_element(By.ID, "resume").click()
+    wait_for("the resume event", lambda: "at 1 workers" in events_text(browser), timeout_s=30)
+    wait_for("a resume mark on the curve", lambda: d.find_elements(By.CSS_SELECTOR, "#chart-loss g.mark-resume"),
+             timeout_s=120)
+    assert points(browser) > len(rows)
+    assert server.job(job_id)["workers"] == 1
+    clean(browser, server)
+
+
+def test_csrf_token_missing_or_another_sessions_is_refused_in_the_browser(server, browser, tenants, state):
+    other = httpx.Client(base_url=server.url, timeout=10)
+    other.post("/ui/session", json={"api_key": tenants["team-a"]["api_key"]})
+    other_token = re.search(r'csrf-token" content="(\w+)"', other.get("/").text).group(1)
+    other.close()
+    fetch = ("const done = arguments[arguments.length - 1];"
+             "fetch(arguments[0], {method: 'POST', headers: arguments[1]}).then(r => done(r.status));")
+    path = f"/v1/jobs/{state['job']}/cancel"
+    d = browser.driver
+    assert d.execute_async_script(fetch, path, {}) == 403
+    assert d.execute_async_script(fetch, path, {CSRF_HEADER: other_token}) == 403
+    assert server.job(state["job"])["state"] not in ("CANCELLING", "CANCELLED")
+    browser.drain()  # the two 403s are logged as failed loads; nothing else happened
+    # the page's own button carries the right token
+    from selenium.webdriver.common.by import By
+
+    d.get(server.url + f"/jobs/{state['job']}")
+    wait_for("the cancel button", lambda: not d.find_element(By.ID, "cancel").get_attribute("disabled"))
+    d.find_element(By.ID, "cancel").click()
+    wait_for("the cancel", lambda: "cancel requested by" in events_text(browser) or
+             "CANCELLED" in text_of(browser, "#job-state"), timeout_s=30)
+    clean(browser, server)
+
+
+def test_tenant_b_sees_none_of_as_jobs_and_as_job_is_not_found(server, browser, tenants, state):
+    from selenium.webdriver.common.by import By
+
+    d = browser.driver
+    d.get(server.url + "/")
+    d.find_element(By.ID, "sign-out").click()
+    wait_for("signed out", lambda: "/login" in d.current_url)
+    assert d.get_cookie(COOKIE) is None
+    sign_in(browser, server, tenants["team-b"]["api_key"])
+    wait_for("the empty list", lambda: "No jobs match" in text_of(browser, "#jobs-table tbody"))
+    assert state["job"] not in d.page_source
+    d.get(server.url + f"/jobs/{state['job']}")
+    assert d.find_element(By.TAG_NAME, "h1").text == "Not found"
+    assert "dash-live" not in d.page_source
+    clean(browser, server, allow=(f"/jobs/{state['job']} - Failed to load resource",))  # the 404 itself
+
+
+def test_admin_rotates_bs_key_on_the_tenants_page_and_bs_session_stops(server, browser, tenants):
+    from selenium.webdriver.common.by import By
+
+    b_session = httpx.Client(base_url=server.url, timeout=10)
+    b_session.post("/ui/session", json={"api_key": tenants["team-b"]["api_key"]})
+    assert b_session.get("/v1/jobs").status_code == 200
+    d = browser.driver
+    d.delete_all_cookies()
+    sign_in(browser, server, KEY)
+    for path, ready in (("/cluster", "#shares tbody tr"), ("/tenants", "#tenants tbody tr[data-tenant]")):
+        d.get(server.url + path)
+        wait_for(path, lambda r=ready: d.find_elements(By.CSS_SELECTOR, r))
+        clean(browser, server)
+    d.find_element(By.CSS_SELECTOR, "tr[data-tenant='team-b'] button.rotate").click()
+    d.switch_to.alert.accept()
+    key = wait_for("the new key", lambda: text_of(browser, "#new-key-value"))
+    assert key.startswith("bk_") and key != tenants["team-b"]["api_key"]
+    d.find_element(By.ID, "new-key-done").click()
+    assert text_of(browser, "#new-key-value") == ""  # shown once, then gone from the page
+    assert b_session.get("/v1/jobs").status_code == 401
+    assert b_session.get("/", follow_redirects=False).status_code == 303
+    b_session.close()
+    clean(browser, server)
+
+
+def test_docs_pages_load_from_the_server_alone(server, browser):
+    from selenium.webdriver.common.by import By
+
+    d = browser.driver
+    for path, ready in (("/docs", ".swagger-ui .info"), ("/redoc", "[role=navigation], .menu-content")):
+        d.get(server.url + path)
+        wait_for(path, lambda r=ready: d.find_elements(By.CSS_SELECTOR, r), timeout_s=30)
+        time.sleep(0.5)
+        clean(browser, server)
+
+
+def test_the_jobs_page_at_phone_width_keeps_its_controls_reachable(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    d = browser.driver
+    browser.resize(390, 844)
+    try:
+        d.get(server.url + "/")
+        wait_for("rows", lambda: d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr"))
+        width = d.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 390 + 1, f"the page scrolls sideways at phone width ({width} px)"
+        body = d.find_element(By.TAG_NAME, "body")
+        reached = set()
+        for _ in range(12):  # Tab walks the skip link, the nav, sign-out and the filters
+            body.send_keys(Keys.TAB) if not reached else d.switch_to.active_element.send_keys(Keys.TAB)
+            reached.add(d.switch_to.active_element.get_attribute("id") or
+                        d.switch_to.active_element.get_attribute("href"))
+        assert {"sign-out", "state-filter", "name-filter"} <= reached, reached
+        clean(browser, server)
+    finally:
+        browser.resize(1280, 900)
