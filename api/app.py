@@ -9,7 +9,6 @@ from fastapi import FastAPI
 from api import access_log
 from api.body_limit import BodySizeLimit
 from api.dashboard import install_dashboard
-from api.dashboard import install_dashboard
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
 from api.routes import cluster, health, jobs, logs, tenants, usage
@@ -28,7 +27,6 @@ def create_app(supervisor) -> FastAPI:
     for module in (jobs, logs, tenants, cluster, usage, health):
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.routes.exports
-    install_dashboard(app, supervisor.store, settings)
     install_dashboard(app, supervisor.store, settings)
     install_error_handlers(app)
     access_log.install()

@@ -24,7 +24,6 @@ from starlette.exceptions import HTTPException
 
 from api.errors import ApiError, not_found
 from api.sessions import COOKIE, CSRF_HEADER, SAFE_METHODS
-from api.sessions import COOKIE, CSRF_HEADER, SAFE_METHODS
 from service.store.tenants import ADMIN_TENANT
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -50,7 +50,6 @@ class Admission:
         self.history = ServiceHistory(settings.fair_share_window_s)
         self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
         self.service: dict[str, float] = {}  # tenant -> its fair-share service (the last pass)
-        self.service: dict[str, float] = {}  # tenant -> its fair-share service (the last pass)
         # Per job, worked out once: what it asks for (its valid world sizes).
         self._parsed: dict[str, Demand] = {}
         self._parsed_lock = threading.Lock()

@@ -47,7 +47,6 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(100, ge=1)  # ... and how many it may send at once
     stream_max_s: float = 600.0  # a followed log stream closes after this; clients reconnect
     session_ttl_s: float = Field(8 * 3600.0, gt=0)  # a dashboard sign-in lasts this long
-    session_ttl_s: float = Field(8 * 3600.0, gt=0)  # a dashboard sign-in lasts this long
     # finished jobs (their records, history and storage) are removed this many days after
     # they ended; None: kept until deleted
     job_retention_days: float | None = Field(None, gt=0)

@@ -21,7 +21,6 @@ from service.admission import Admission
 from service.exports import ExportService
 from service.data_access import check_data_uri
 from service.fair_share_view import TenantShare, tenant_shares
-from service.fair_share_view import TenantShare, tenant_shares
 from service.init_source import resolve_init
 from service.launch import group_name, launch_group
 from service.lifecycle import GroupOutcome
@@ -194,16 +193,6 @@ class Supervisor:
     def waiting_reason(self, job_id: str) -> str | None:
         """Why a queued job did not start at the latest scheduling pass."""
         return self.admission.waiting.get(job_id)
-
-    def fair_shares(self) -> list[TenantShare]:
-        """Each tenant's weight, entitled share, what it holds now and its
-        quota use (`service.fair_share_view`), as of the latest pass."""
-        active = self.store.jobs_in_states(ACTIVE)
-        return tenant_shares(
-            self.store.tenants.list(), active, self.store.jobs_in_states([S.QUEUED]),
-            {job.id: self.admission.held([job]) for job in active},
-            Resources(**cluster_capacity()), self.admission.service,
-        )
 
     def fair_shares(self) -> list[TenantShare]:
         """Each tenant's weight, entitled share, what it holds now and its

@@ -67,7 +67,6 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Index = 0,
     name: Annotated[str | None, Query(max_length=128, description="jobs whose name contains this")] = None,
-    name: Annotated[str | None, Query(max_length=128, description="jobs whose name contains this")] = None,
     of_tenant: Annotated[str | None, Query(
         alias="tenant", max_length=128,
         description="the admin: only this tenant's jobs (default: every tenant's)")] = None,

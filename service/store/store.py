@@ -47,7 +47,6 @@ from service.store.models import (
 )
 from service.store.records import EventRecord, JobRecord, LogRecord
 from service.store.sessions import SessionStore
-from service.store.sessions import SessionStore
 from service.store.tenants import TenantStore, tenant_policy
 from workers.spec import JobSpec
 
@@ -83,7 +82,6 @@ class JobStore:
         self.url = normalize_url(url)
         self._reader, self._writer = build_engines(self.url)
         self.tenants = TenantStore(self._reader, self._writer)
-        self.sessions = SessionStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
 
     @property
