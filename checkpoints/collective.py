@@ -60,7 +60,7 @@ class CheckpointGroup:
             except (Exception, CheckpointException) as exc:
                 local_error = exc
                 kind = type(exc) if isinstance(exc, CheckpointError) else CheckpointError
-                outcome = (False, f"{type(exc).__name__}: {exc}", kind)
+                outcome = (False, describe(exc), kind)
         outcomes = self.all_gather(outcome)
         failures = [(rank, o[1], o[2]) for rank, o in enumerate(outcomes) if not o[0]]
         if failures:
@@ -78,3 +78,13 @@ class CheckpointGroup:
         if self.pg is not None and dist.is_initialized():
             dist.destroy_process_group(self.pg)
         self.pg = None
+
+
+def describe(exc: BaseException) -> str:
+    """An error as one line, `Type: message`; DCP's CheckpointException (whose
+    text is every rank's traceback) by the errors it wraps, e.g. `OSError:
+    [Errno 28] No space left on device`."""
+    if isinstance(exc, CheckpointException):
+        causes = dict.fromkeys(describe(inner) for inner, _ in exc.failures.values())
+        return f"{type(exc).__name__}: " + "; ".join(causes)
+    return f"{type(exc).__name__}: {exc}"

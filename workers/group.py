@@ -19,10 +19,10 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.errors import PlacementTimeoutError, RankFailedError, WorkerGroupError
+from workers.errors import PlacementTimeoutError, WorkerGroupError
 from workers.placement import PLACEMENT_STRATEGIES, bundle_of, check_capacity
 from workers.rank_actor import SIGTERM_GRACE_S, RankActor
-from workers.rank_calls import await_ranks
+from workers.rank_calls import await_answers, await_ranks
 from workers.spec import JobSpec
 
 PROGRESS_TIMEOUT_S = 30.0
@@ -187,14 +187,11 @@ class WorkerGroup:
         """{"state": "running" | "done" | "preempted", "steps": rank 0's step
         count, "step": its training step}; "preempted" (every rank stopped,
         checkpointed, after a preemption notice) adds "reason" and
-        "sigterm_ranks". A lost or failed rank raises RankLostError /
-        RankFailedError (and shuts the group down). Works for a group this
-        driver did not start."""
-        statuses = self.call("status")
-        for rank, st in enumerate(statuses):
-            if st["state"] == "failed":
-                self.shutdown()
-                raise RankFailedError(rank, f"rank {rank} failed: {st['error']}")
+        "sigterm_ranks". A lost, failed or hung rank raises RankLostError /
+        RankFailedError / RankHungError (and shuts the group down): a hung
+        one is found within the process-group timeout. Works for a group
+        this driver did not start."""
+        statuses = self._answers("status")
         out = {"state": "running", "steps": statuses[0]["steps"], "step": statuses[0].get("step")}
         ended = {st["state"] for st in statuses}
         if ended == {"done"}:
@@ -216,7 +213,19 @@ class WorkerGroup:
 
     def progress(self, since: int = 0) -> list[dict]:
         """Rank 0's metrics from step index `since` on."""
-        return self._finish([self._actors[0].progress.remote(since)], PROGRESS_TIMEOUT_S, "progress")[0]
+        return self._answers("progress", since, ranks=1)[0]
+
+    def _answers(self, method: str, *args, ranks: int | None = None) -> list:
+        """A quick query of every rank (or the first `ranks`), answered by the
+        actor's second thread whatever its training does. A rank that has not
+        answered within the process-group timeout is hung (a stopped process
+        never answers; the others may sit in a collective with it until that
+        timeout): RankHungError, as a rank whose answer says it failed raises
+        RankFailedError at once; either shuts the group down."""
+        if not self._actors:
+            raise WorkerGroupError("the worker group is not started: call start() first")
+        refs = [getattr(actor, method).remote(*args) for actor in self._actors[:ranks]]
+        return await_answers(refs, self.pg_timeout_s, self.node_infos, self.shutdown, _failure)
 
     def request_stop(self) -> None:
         """Ask every rank to checkpoint and stop at the next step boundary."""
@@ -298,6 +307,13 @@ class WorkerGroup:
         are still running after `timeout_s` (None: no limit). The first lost or
         failed rank raises at once and shuts the group down."""
         return await_ranks(refs, timeout_s, self.node_infos, self.shutdown)
+
+
+def _failure(answer: object) -> str | None:
+    """What a rank's status answer says went wrong, if anything."""
+    if isinstance(answer, dict) and answer.get("state") == "failed":
+        return str(answer.get("error"))
+    return None
 
 
 class TrainingRun:

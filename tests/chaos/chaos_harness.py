@@ -4,11 +4,13 @@ Ray's state for leaked actors and placement groups, and fast waits.
 
 Every scenario is a real fault on real processes: signals to the rank
 actors' and the server's processes, bytes flipped in a real shard file, the
-checkpoint directory of a job swapped for a plain file on the real disk.
+checkpoint directory of a job swapped for a plain file on the real disk, a
+real full disk (a small tmpfs mounted where a job's checkpoints go).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,15 +19,18 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.serve_harness import Server
 
 INTERVAL = 10  # checkpoint.every_steps of every scenario
 STEPS = 80
+PG_TIMEOUT_S = 5  # a hung rank is found within this (+ 10 s), and it bounds a collective
 ENV = {
     "BRIGADE_RAY_NUM_CPUS": "4",  # two jobs of two ranks at once
     "BRIGADE_POLL_INTERVAL_S": "0.1",
     "BRIGADE_RESTART_BACKOFF_S": "1.0",  # RESTARTING lasts >= 1 s: a controller kill can land in it
-    "BRIGADE_PG_TIMEOUT_S": "15",
+    "BRIGADE_PG_TIMEOUT_S": str(PG_TIMEOUT_S),
 }
 
 
@@ -71,6 +76,34 @@ def committed_steps(directory: Path) -> list[int]:
         return []
     return sorted(int(n[5:]) for n in names
                   if n.startswith("step-") and (directory / n / "manifest.json").exists())
+
+
+@contextlib.contextmanager
+def tmpfs(directory: Path, size: str):
+    """A tmpfs of `size` mounted on `directory` (made if missing) while inside:
+    a real disk that fills. Skips the test where mounting is not permitted."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                             capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("a real full disk needs a tmpfs mounted by the test: no `mount` here")
+    if out.returncode != 0:
+        pytest.skip("a real full disk needs a tmpfs mounted by the test, and mounting is not "
+                    f"permitted here (needs root): {out.stderr.strip()}")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True, timeout=30)
+
+
+def free_bytes(directory: Path) -> int:
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def tree_bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
 
 
 def metrics(server: Server, job_id: str) -> list[dict]:

@@ -20,17 +20,22 @@ import pytest
 
 from chaos_harness import (
     INTERVAL,
+    PG_TIMEOUT_S,
     STEPS,
     PidWatch,
     RayProbe,
+    alive,
     assert_nothing_left,
     chaos_spec,
     checkpoint_dir,
     committed_steps,
+    free_bytes,
     metrics,
     rank_pids,
     start_server,
     states,
+    tmpfs,
+    tree_bytes,
     wait_for,
 )
 
@@ -150,6 +155,33 @@ def test_sigkill_a_rank_while_it_writes_a_checkpoint(server, probe, reference):
     assert recovery["lost_steps"] <= INTERVAL
 
 
+def test_a_stopped_rank_is_found_hung_within_the_timeout_and_the_job_resumes(
+        server, probe, reference):
+    job = server.submit(chaos_spec("sigstop"))
+    watch = PidWatch(server, job["id"])
+    wait_for(server, job["id"], lambda j: running_past(INTERVAL + 2)(j) and rank_pids(server, j["id"]))
+    pids = watch.sample()
+    rank = rng.randrange(len(pids))
+    os.kill(pids[rank], signal.SIGSTOP)  # alive, holding its sockets open, answering nothing
+    stopped_at = time.monotonic()
+    try:
+        wait_for(server, job["id"], lambda j: j["state"] == "RESTARTING" or j["restarts"] > 0,
+                 every_s=0.05)
+        detected_s = time.monotonic() - stopped_at
+        assert detected_s <= PG_TIMEOUT_S + 10, detected_s
+        restarting = [e for e in server.get(f"/v1/jobs/{job['id']}/events")
+                      if e["to_state"] == "RESTARTING"]
+        assert f"rank {rank} (pid {pids[rank]}" in restarting[0]["reason"], restarting
+        assert "did not answer" in restarting[0]["reason"]
+        done = finish(server, probe, job["id"], watch, reference)  # the stopped pid is gone too
+    finally:
+        if alive(pids[rank]):
+            os.kill(pids[rank], signal.SIGKILL)
+    assert done["restarts"] == 1
+    [recovery] = attempt_rows(server, job["id"])
+    assert recovery["recovered_from"] == "restart" and recovery["lost_steps"] <= INTERVAL
+
+
 def test_sigterm_a_rank_checkpoints_and_requeues_losing_no_step(server, probe, reference):
     job = server.submit(chaos_spec("sigterm"))
     watch = PidWatch(server, job["id"])
@@ -228,6 +260,48 @@ def test_storage_that_fails_for_a_while_does_not_stop_training(server, probe, re
     listed = [c["step"] for c in server.get(f"/v1/jobs/{job['id']}/checkpoints")]
     assert listed[-1] == STEPS and listed[0] > max(r["step"] for r in failures)
     assert committed_steps(directory) == listed  # no half-written step left behind
+    assert done["latest_checkpoint"]["step"] == STEPS
+
+
+def test_a_full_disk_fails_the_save_on_every_rank_and_saving_resumes_once_freed(
+        server, probe, reference, tmp_path):
+    with tmpfs(tmp_path / "probe", "1m"):  # skips here, before any job, where mounting is refused
+        pass
+    # keep_last 2 (not part of the curve): two checkpoints and one being written
+    # fit the 2 MiB disk with room to spare, a checkpoint being ~18% of it.
+    job = server.submit(chaos_spec("full-disk", checkpoint={"every_steps": INTERVAL, "keep_last": 2}))
+    watch = PidWatch(server, job["id"])
+    directory = checkpoint_dir(server, job["id"])
+    with tmpfs(directory, "2m"):
+        assert server.job(job["id"])["step"] < INTERVAL, "it saved before the disk was mounted"
+        wait_for(server, job["id"], lambda j: running_past(INTERVAL + 1)(j)
+                 and committed_steps(directory) == [INTERVAL] and rank_pids(server, j["id"]))
+        pids = watch.sample()
+        checkpoint_bytes = tree_bytes(directory / f"step-{INTERVAL:09d}")
+        assert checkpoint_bytes > 0.15 * (2 << 20)
+        # Leave half a checkpoint free: the next save fills the disk while it writes.
+        filler = directory / "filler.bin"
+        filler.write_bytes(b"\0" * (free_bytes(directory) - checkpoint_bytes // 2))
+        failed = lambda: [r for r in metrics(server, job["id"]) if r.get("checkpoint_error")]  # noqa: E731
+        wait_for(server, job["id"], lambda j: len(failed()) >= 2, every_s=0.2)
+        for row in failed():
+            assert "No space left on device" in row["checkpoint_error"], row
+        # Every rank had the same outcome (else one would wait for the others in
+        # a collective and the job would restart), and nothing partial is listed.
+        assert server.job(job["id"])["restarts"] == 0
+        assert [c["step"] for c in server.get(f"/v1/jobs/{job['id']}/checkpoints")] == [INTERVAL]
+        assert committed_steps(directory) == [INTERVAL]
+        # ... or loaded: a restart while the disk is full resumes from the last commit.
+        sigkill(pids[rng.randrange(len(pids))])
+        wait_for(server, job["id"], lambda j: j["restarts"] == 1 and attempt_rows(server, j["id"]))
+        [recovery] = attempt_rows(server, job["id"])
+        assert recovery["resumed_from"] == INTERVAL
+        filler.unlink()  # space is freed: the next interval saves again
+        done = finish(server, probe, job["id"], watch, reference)
+        listed = [c["step"] for c in server.get(f"/v1/jobs/{job['id']}/checkpoints")]
+        assert listed == [STEPS - INTERVAL, STEPS]
+        assert committed_steps(directory) == listed  # no torn step left on the disk
+        assert sorted(os.listdir(directory)) == [f"step-{s:09d}" for s in listed]
     assert done["latest_checkpoint"]["step"] == STEPS
 
 
