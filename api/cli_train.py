@@ -55,7 +55,8 @@ def _run(spec: JobSpec, workers: int, cpus_per_worker: float) -> int:
     from workers.spec import SpecError, explain
 
     try:
-        with WorkerGroup(workers, cpus_per_worker=cpus_per_worker) as group:
+        with WorkerGroup(workers, cpus_per_worker=cpus_per_worker,
+                         tp_size=spec.parallelism.tp) as group:
             assert group.rendezvous is not None  # entering the group started it: ranks have met
             addr, port = group.rendezvous
             typer.echo(f"worker group: {workers} ranks, backend {group.backend}, "

@@ -34,6 +34,7 @@ def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float) -> Wo
         gpus_per_worker=spec.resources_per_worker.gpu,
         name_prefix=group_name(job.id, job.attempt),
         placement_strategy=spec.placement,
+        tp_size=spec.parallelism.tp,  # a TP group's ranks share a node where they can
         detached=True,
         pg_timeout_s=pg_timeout_s,
     )

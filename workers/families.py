@@ -18,7 +18,9 @@ not import torch either; only `Family.build` imports the model's module.
 The model a family builds exposes the engine's view of a decoder
 (workers/sharding.py): `embedding`, `blocks` (an `nn.ModuleList`), `head`
 and `tied`; and, optionally, `init_parameter(name, tensor, generator)`, the
-rule that fills one full parameter at the start (workers/build.py).
+rule that fills one full parameter at the start (workers/build.py), and
+`tp_plan()`, its tensor-parallel plan (a family that has one says
+`tensor_parallel=True`).
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ class Family:
     reads: frozenset[str] = field(default_factory=frozenset)  # of OPTIONAL_FIELDS
     # the family's own shape rules: (field, why) a spec cannot be built, or None
     check: Callable[[Any], tuple[str, str] | None] = _no_problem
+    # the model declares a tensor-parallel plan (`tp_plan()`, workers/tensor_parallel.py):
+    # only such a family may run with parallelism.tp > 1
+    tensor_parallel: bool = False
 
     def build(self, spec: Any) -> Any:
         module, _, attribute = self.builder.partition(":")
@@ -165,4 +170,4 @@ def _llama_check(spec: Any) -> tuple[str, str] | None:
 
 GPT = Family("gpt", "workers.models.gpt:GPT", _gpt_params, frozenset({"mlp_ratio"}))
 LLAMA = Family("llama", "workers.models.llama:Llama", _llama_params, frozenset(OPTIONAL_FIELDS),
-               _llama_check)
+               _llama_check, tensor_parallel=True)

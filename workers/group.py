@@ -1,5 +1,6 @@
-"""A job's gang of rank actors on Ray: one placement group, one actor per bundle,
-one process group among them.
+"""A job's gang of rank actors on Ray: one placement group, one bundle per rank
+(per tensor-parallel group where the cluster holds them whole), one actor per
+rank, one process group among them.
 
     with WorkerGroup(2, cpus_per_worker=1) as group:   # start(): reserve, spawn, rendezvous
         per_rank = group.train(spec)                    # or start_training(spec).wait(...)
@@ -20,7 +21,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.errors import PlacementTimeoutError, WorkerGroupError
-from workers.placement import PLACEMENT_STRATEGIES, bundle_of, check_capacity
+from workers.placement import PLACEMENT_STRATEGIES, GangBundles, bundle_of, check_capacity, gang_bundles
 from workers.rank_actor import SIGTERM_GRACE_S, RankActor
 from workers.rank_calls import await_answers, await_ranks
 from workers.spec import JobSpec
@@ -45,6 +46,7 @@ class WorkerGroup:
         ready_timeout_s: float = 60.0,
         detached: bool = False,
         sigterm_grace_s: float = SIGTERM_GRACE_S,
+        tp_size: int = 1,
     ):
         if placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(
@@ -71,6 +73,11 @@ class WorkerGroup:
             raise ValueError("a detached worker group needs a name_prefix")
         self.detached = detached
         self.sigterm_grace_s = sigterm_grace_s  # a rank's time from SIGTERM to a checkpointed stop
+        # Consecutive ranks of this many form a TP group: one bundle a group
+        # where the cluster can hold them whole, so each shares a node (PACK
+        # within the group; workers/placement.py `gang_bundles`).
+        self.tp_size = tp_size
+        self._gang: GangBundles | None = None  # the bundles, chosen at start
         self.backend: str | None = None
         self.rendezvous: tuple[str, int] | None = None
         # One dict per rank (node_id, node_ip, pid, gpu_ids); kept after shutdown
@@ -255,12 +262,14 @@ class WorkerGroup:
         ready, _ = ray.wait([self._pg.ready()], timeout=self.ready_timeout_s)
         if not ready:
             raise PlacementTimeoutError(
-                f"{self.num_workers} bundles of {self.bundle} ({self.placement_strategy}) were "
+                f"{len(self._gang.bundles)} bundles of {self._gang.bundles[0]} "
+                f"({self.placement_strategy}) were "
                 f"not free within {self.ready_timeout_s:g}s; free now: {ray.available_resources()}"
             )
 
     def _spawn(self) -> None:
-        assert self._pg is not None, "start() reserves the bundles before it spawns"
+        assert self._pg is not None and self._gang is not None, (
+            "start() reserves the bundles before it spawns")
         threads = max(1, int(self.cpus_per_worker))
         for rank in range(self.num_workers):
             actor = _RemoteRankActor.options(
@@ -270,7 +279,7 @@ class WorkerGroup:
                 name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,
                 lifetime="detached" if self.detached else None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self._pg, placement_group_bundle_index=rank
+                    self._pg, placement_group_bundle_index=self._gang.bundle_of_rank[rank]
                 ),
             ).remote(rank, self.num_workers, threads, self.sigterm_grace_s)
             self._actors.append(actor)  # one at a time: a failed .remote() leaves the rest killable

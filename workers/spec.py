@@ -325,11 +325,6 @@ class ShardingSpec(_Section):
         return (world_size,)
 
 
-# The families whose model declares a tensor-parallel plan (a `tp_plan()`,
-# workers/models): only these may run with parallelism.tp > 1.
-TENSOR_PARALLEL_FAMILIES = ("llama",)
-
-
 class ParallelismSpec(_Section):
     # tensor parallelism: ranks per TP group (consecutive ranks), the layers'
     # heads and MLP width split among them; the data-parallel size is world / tp
@@ -449,10 +444,12 @@ class JobSpec(_Section):
         tp, m = self.parallelism.tp, self.model
         if tp == 1:
             return
-        if m.family not in TENSOR_PARALLEL_FAMILIES:
+        if not m.family_spec.tensor_parallel:
+            from workers.families import registered_families
+
+            planned = [n for n in registered_families() if model_family(n).tensor_parallel]
             raise refusal("parallelism.tp", f"parallelism.tp > 1 needs a model family with a "
-                          f"tensor-parallel plan ({', '.join(TENSOR_PARALLEL_FAMILIES)}), not "
-                          f"{m.family!r}", tp)
+                          f"tensor-parallel plan ({', '.join(planned)}), not {m.family!r}", tp)
         for what, size in (("n_heads", m.n_heads), ("n_kv_heads", m.kv_heads),
                            ("ffn_dim", m.ffn_width), ("vocab_size", m.vocab_size),
                            ("seq_len", m.seq_len)):

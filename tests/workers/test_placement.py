@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workers.errors import CapacityError
-from workers.placement import check_capacity
+from workers.placement import check_capacity, gang_bundles
 
 TWO_CPU_NODES = [{"CPU": 4.0}, {"CPU": 4.0}]
 MIXED = [{"CPU": 8.0}, {"CPU": 8.0, "GPU": 2.0}, {"CPU": 2.0, "GPU": 1.0}]
@@ -53,3 +53,35 @@ def test_what_can_never_fit_is_refused_with_the_reason(nodes, workers, bundle, s
     with pytest.raises(CapacityError) as refused:
         check_capacity(nodes, workers, bundle, strategy)
     assert says in str(refused.value)
+
+
+# -- a tensor-parallel gang: one bundle per TP group where the groups fit whole --
+
+CPU1, GPU1 = {"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "workers", "tp", "per_rank", "bundles", "of_rank"),
+    [
+        # 4 ranks, tp 2, on two 4-CPU nodes: two bundles of 2 ranks, ranks 0-1 and 2-3.
+        (TWO_CPU_NODES, 4, 2, CPU1, [{"CPU": 2.0}] * 2, [0, 0, 1, 1]),
+        (TWO_CPU_NODES, 8, 4, CPU1, [{"CPU": 4.0}] * 2, [0] * 4 + [1] * 4),
+        # Groups of 3 CPUs: each node holds one whole, and there are two groups.
+        (TWO_CPU_NODES, 6, 3, CPU1, [{"CPU": 3.0}] * 2, [0, 0, 0, 1, 1, 1]),
+        # GPUs: 2 groups of 2 need two nodes with 2 GPUs; MIXED has one: per rank.
+        (MIXED, 4, 2, GPU1, [GPU1] * 4, [0, 1, 2, 3]),
+        (MIXED, 2, 2, GPU1, [{"CPU": 2.0, "GPU": 2.0}], [0, 0]),
+        # A group larger than any node: per rank, as without TP.
+        (TWO_CPU_NODES, 8, 8, CPU1, [CPU1] * 8, list(range(8))),
+        # Three groups of 3 CPUs, but the two nodes hold only one each: per rank.
+        (TWO_CPU_NODES, 9, 3, CPU1, [CPU1] * 9, list(range(9))),
+        (TWO_CPU_NODES, 3, 1, CPU1, [CPU1] * 3, [0, 1, 2]),  # no TP
+    ],
+)
+def test_a_tp_group_gets_one_bundle_where_the_groups_fit_whole(
+    nodes, workers, tp, per_rank, bundles, of_rank
+):
+    gang = gang_bundles(workers, per_rank, tp, nodes)
+    assert gang.bundles == bundles
+    assert gang.bundle_of_rank == of_rank
+    assert gang.grouped == (len(bundles) < workers)
