@@ -108,11 +108,11 @@ def tensors_of(header: Mapping[str, Any], data_start: int, path: str,
 def read_header(fs: AbstractFileSystem, path: str) -> dict[str, TensorInfo]:
     """Every tensor of one file, from its header alone (one or two ranged reads)."""
     size = fs.size(path)
-    head = fs.cat_file(path, 0, min(HEADER_PROBE, size))
+    head = fs.cat_file(path, start=0, end=min(HEADER_PROBE, size))
     if len(head) >= 8:
         (length,) = struct.unpack("<Q", head[:8])
         if 8 + length > len(head) and length <= MAX_HEADER:
-            head = fs.cat_file(path, 0, 8 + length)
+            head = fs.cat_file(path, start=0, end=8 + length)
     start, header = parse_header(head, path)
     return tensors_of(header, start, path, size)
 
@@ -184,13 +184,13 @@ class SafetensorsReader:
         spans = coalesce(runs, self.max_gap)
         if len(runs) == 1:  # the usual case (a dim-0 shard): the read is the answer
             start, end = runs[0]
-            blob = self.fs.cat_file(info.file, info.begin + start, info.begin + end)
+            blob = self.fs.cat_file(info.file, start=info.begin + start, end=info.begin + end)
             self.reads += 1
             self.bytes_read += len(blob)
             return blob
         if len(spans) == 1:
             start, end = spans[0][0]
-            blobs = [self.fs.cat_file(info.file, info.begin + start, info.begin + end)]
+            blobs = [self.fs.cat_file(info.file, start=info.begin + start, end=info.begin + end)]
         else:
             blobs = self.fs.cat_ranges([info.file] * len(spans),
                                        [info.begin + s for (s, _), _ in spans],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -88,9 +89,11 @@ def export_checkpoint(request: dict[str, Any],
             try:
                 for entry in shard:
                     tensor = torch.empty(entry.shape, dtype=dcp_dtypes[entry.name])
-                    dcp.load({DCP_MODEL_PREFIX + entry.name: tensor},
-                             storage_reader=FsspecReader(step_uri, **target.storage_options),
-                             no_dist=True)
+                    with warnings.catch_warnings():  # "assuming ... a single process": it is
+                        warnings.simplefilter("ignore", UserWarning)
+                        dcp.load({DCP_MODEL_PREFIX + entry.name: tensor},
+                                 storage_reader=FsspecReader(step_uri, **target.storage_options),
+                                 no_dist=True)
                     converted = tensor.to(out_dtype).contiguous()
                     del tensor
                     writer.write(entry.name, _raw_bytes(converted))

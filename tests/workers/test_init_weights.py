@@ -1,0 +1,151 @@
+"""Start from weights and export them: a tiny random `LlamaForCausalLM` made
+here, imported by each rank reading only its own slices (its logits equal
+transformers' within 1e-5 at world sizes 1 and 2), a job initialised from
+another job's checkpoint at another world size, and an export that
+transformers loads back (and one whose writer is killed, never listed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from checkpoints import CheckpointTarget
+from tests.checkpoints.ckpt_harness import init_single_rank, run_ranks
+from tests.workers.hf_ranks import (
+    SECRET,
+    hf_llama,
+    import_and_forward,
+    job_spec,
+    tokens,
+    train_and_save,
+)
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def one_rank():
+    init_single_rank()
+    yield
+    dist.destroy_process_group()
+
+
+def expected_logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(tokens()).logits
+
+
+@pytest.mark.parametrize("shards", [None, "40KB"], ids=["single-file", "sharded-index"])
+def test_a_job_initialised_from_hugging_face_weights_has_their_logits(tmp_path, one_rank, shards):
+    from workers.trainer import Trainer
+
+    theirs = hf_llama(tmp_path / "hf", max_shard_size=shards)
+    if shards:
+        assert (tmp_path / "hf" / "model.safetensors.index.json").exists()
+    trainer = Trainer(job_spec(init={"uri": f"file://{tmp_path}/hf"}))
+    assert trainer.initialised_from == f"weights from file://{tmp_path}/hf"
+    with torch.no_grad():
+        ours = trainer.model(tokens())
+    assert (ours - expected_logits(theirs)).abs().max() <= 1e-5
+
+
+def test_each_of_two_ranks_reads_only_its_half(tmp_path):
+    theirs = hf_llama(tmp_path / "hf", tied=False)
+    run_ranks(import_and_forward, 2, f"file://{tmp_path}/hf", str(tmp_path))
+    expected = expected_logits(theirs)
+    file_bytes = (tmp_path / "hf" / "model.safetensors").stat().st_size
+    for rank in range(2):
+        got = torch.load(tmp_path / f"logits-{rank}.pt")
+        assert (got - expected).abs().max() <= 1e-5
+        read = json.loads((tmp_path / f"read-{rank}.json").read_text())
+        # every parameter is a dim-0 shard: one ranged read each, of half its bytes
+        assert 0.45 * file_bytes <= read["bytes"] <= 0.55 * file_bytes, read
+        assert read["reads"] == 1 + 2 * 9 + 2  # embedding, 9 a layer, final norm, head
+
+
+def test_a_job_starts_from_another_jobs_checkpoint_resharded(tmp_path, one_rank):
+    """Saved at world size 2, loaded at 1: the model is the source's; the
+    optimizer and the data cursor start fresh."""
+    from workers.trainer import Trainer
+
+    root = f"file://{tmp_path}/storage"
+    dist.destroy_process_group()  # the ranks below make their own groups
+    run_ranks(train_and_save, 2, root, str(tmp_path))
+    init_single_rank()
+    source = torch.load(tmp_path / "source.pt")
+    target = CheckpointTarget(root=root, tenant="acme", job="forked", secret=SECRET)
+    trainer = Trainer(job_spec(init={"job": "source", "step": 3}), target)
+    assert trainer.initialised_from == "weights from job source step 3"
+    for name, value in trainer.model.state_dict().items():
+        assert torch.equal(value.full_tensor(), source[name]), name
+    assert trainer.step == 0 and trainer.batches.next_sample == 0
+    assert not trainer.optimizer.state  # fresh AdamW: no moments yet
+
+
+def test_an_export_loads_in_transformers_with_brigades_logits(tmp_path, one_rank):
+    from workers.export import export_checkpoint, export_request
+    from workers.trainer import Trainer
+
+    target = CheckpointTarget(root=f"file://{tmp_path}/storage", tenant="acme", job="j1",
+                              secret=SECRET)
+    spec = job_spec(checkpoint={"every_steps": 3}, model={**job_spec().model.model_dump(),
+                                                          "tie_embeddings": True})
+    trainer = Trainer(spec, target)
+    trainer.run()
+    done = export_checkpoint(export_request(vars(target), spec.model, 3, "float32", 30_000))
+    exports = target.open_exports()
+    [listed] = exports.list_committed()
+    assert listed.id == done["id"] == "step-000000003-float32"
+    assert "model.safetensors.index.json" in listed.files  # over the size limit: sharded
+    theirs = transformers.LlamaForCausalLM.from_pretrained(exports.path(listed.id)).eval()
+    assert theirs.config.tie_word_embeddings
+    with torch.no_grad():
+        ours = trainer.model(tokens())
+    assert (expected_logits(theirs) - ours).abs().max() <= 1e-5
+    bf16 = export_checkpoint(export_request(vars(target), spec.model, 3, "bfloat16", 10**9))
+    assert bf16["bytes"] < done["bytes"] * 0.6  # half the bytes a weight, one file
+    assert {e.id for e in exports.list_committed()} == {done["id"], bf16["id"]}
+
+
+KILLED_WRITER = """
+import sys, time, pathlib
+from workers.export import export_checkpoint
+request, flag = eval(sys.argv[1]), pathlib.Path(sys.argv[2])
+def stall(name):
+    flag.write_text(name)
+    time.sleep(600)
+export_checkpoint(request, on_tensor=stall)
+"""
+
+
+def test_an_export_whose_writer_is_killed_midway_is_never_listed(tmp_path, one_rank):
+    from workers.export import export_request
+    from workers.trainer import Trainer
+
+    target = CheckpointTarget(root=f"file://{tmp_path}/storage", tenant="acme", job="j1",
+                              secret=SECRET)
+    spec = job_spec(checkpoint={"every_steps": 3})
+    Trainer(spec, target).run()
+    request = export_request(vars(target), spec.model, 3, "float32", 10**9)
+    flag = tmp_path / "first-tensor-written"
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, repr(request), str(flag)],
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.monotonic() + 120
+    while not flag.exists():
+        assert writer.poll() is None and time.monotonic() < deadline, "the writer never started"
+        time.sleep(0.1)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    exports = target.open_exports()
+    assert exports.ids() == ["step-000000003-float32"]  # half a file is there...
+    assert exports.list_committed() == []  # ...and never listed
+    assert exports.cleanup_torn() == ["step-000000003-float32"]
+    assert exports.ids() == []
