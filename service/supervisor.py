@@ -25,9 +25,17 @@ from service.init_source import resolve_init
 from service.launch import group_name, launch_group
 from service.lifecycle import GroupOutcome
 from service.log_text import printable
-from service.ray_cluster import cluster_capacity, live_node_count, never_fits, run_export
+from service.model_config import resolve_model
+from service.ray_cluster import (
+    cluster_capacity,
+    live_node_count,
+    never_fits,
+    run_export,
+    worker_memory_bytes,
+)
 from service.runner import ControlPlane, JobRunner
 from service.scheduling import Demand, Resources, RestartPolicy
+from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
@@ -64,12 +72,14 @@ class Supervisor:
     # -- requests ---------------------------------------------------------------
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
+        spec = resolve_model(spec, tenant, self.settings.resolved_data_uri_root)  # model.config_uri
         if spec.data.uri is not None:  # the schema allows it with source 'uri' only
             check_data_uri(spec.data.uri, tenant, self.settings.resolved_data_uri_root)
         if knobs := spec.operator_only_set():
             raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
                                       "tools (an engine YAML, a benchmark), not by a job")
         self._check_fits(spec, spec.min_workers)
+        self._check_memory(spec, spec.world_sizes())
         spec = resolve_init(spec, tenant, data_root=self.settings.resolved_data_uri_root,
                             store=self.store, checkpoints_of=self._checkpoint_store)
         job, created = self.store.create_job(
@@ -109,6 +119,7 @@ class Supervisor:
         if workers is not None:
             job.spec.check_world_size(workers)
             self._check_fits(job.spec, workers)
+            self._check_memory(job.spec, [workers])
         reason = f"resumed by {_who(tenant)}" + (f" at {workers} workers" if workers else "")
         job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
                                     requested_workers=workers, queue_quota=job.tenant)
@@ -348,6 +359,22 @@ class Supervisor:
         why = never_fits(workers, res.cpu, res.gpu, spec.placement)
         if why:
             raise CapacityError(f"{why}: the job could never start")
+
+    def _check_memory(self, spec: JobSpec, world_sizes: list[int]) -> None:
+        """422 where the model's sharded state per rank cannot fit one worker's
+        memory at one of these sizes (service/scheduling/memory_fit.py)."""
+        res = spec.resources_per_worker
+        if res.memory_gb is not None:
+            worker, source, field = res.memory_gb * GB, "resources_per_worker.memory_gb", \
+                "resources_per_worker.memory_gb"
+        else:
+            worker, source, field = worker_memory_bytes(res.cpu, res.gpu), \
+                "a worker's share of the cluster's smallest node", "model"
+        decision = MemoryFitPolicy().check(model_size(spec), shard_degrees(spec, world_sizes),
+                                           worker, source)
+        if not decision.fits:
+            raise SpecError(field, f"{field}: {decision.reason}")
+
 
 
 def _who(tenant: str) -> str:

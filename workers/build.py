@@ -35,7 +35,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from workers.spec import JobSpec
+from workers.spec import JobSpec, SpecError
 
 # Wrappers that put a prefix into parameter names (activation checkpointing,
 # torch.compile): a parameter's name, and so its seed, must not depend on them.
@@ -148,6 +148,9 @@ def build_sharded(
     FSDP units in place (tensor parallelism first where the job asks for it,
     workers/tensor_parallel.py; `shard_model` alone otherwise) and returns
     them in forward order."""
+    if not job.model.resolved:
+        raise SpecError("model.config_uri", "model.config_uri must be resolved into the model's "
+                        "fields before a build (the service does at submit, workers.local at start)")
     with torch.device("meta"):
         model = job.model.family_spec.build(job.model)
     num_params = sum(p.numel() for p in model.parameters())

@@ -41,7 +41,12 @@ def load_spec(path: str | None, overrides: list[str]) -> JobSpec:
         for name in parents:
             node = node.setdefault(name, {})
         node[leaf] = yaml.safe_load(value)
-    return JobSpec.model_validate(raw)
+    spec = JobSpec.model_validate(raw)
+    if spec.model.config_uri is not None:  # an operator's own file: no tenant prefix here
+        from workers.hf_config import resolve_config_uri
+
+        spec = resolve_config_uri(spec, spec.model.config_uri)
+    return spec
 
 
 def run_single_process(spec: JobSpec, timeout_s: float = 60.0) -> list[dict]:

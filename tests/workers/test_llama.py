@@ -56,7 +56,7 @@ def test_num_params_matches_the_built_model(case):
 
 
 def test_a_gpt_refuses_llama_fields():
-    with pytest.raises(ValueError, match="model.n_kv_heads is a field of the 'llama' family"):
+    with pytest.raises(ValueError, match="model.n_kv_heads is not a field of the 'gpt' family"):
         ModelSpec(family="gpt", n_kv_heads=2)
 
 

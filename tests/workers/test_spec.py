@@ -31,7 +31,7 @@ def spec(**sections) -> JobSpec:
          "sharding.grad_compression", "compresses the gradient reduce-scatter"),
         ({"sharding": {"prefetch_forward": -1}}, "sharding.prefetch_forward", "greater than"),
         ({"model": {"d_model": 50, "n_heads": 4}}, "model.d_model", "divisible by model.n_heads"),
-        ({"model": {"family": "bert"}}, "model.family", "'gpt'"),
+        ({"model": {"family": "bert"}}, "model.family", "registered: gpt, llama"),
         ({"model": {"n_layers": 0}}, "model.n_layers", "greater than or equal to 1"),
         ({"data": {"source": "web"}}, "data.source", "'builtin'"),
         ({"data": {"source": "uri"}}, "data.uri", "data.uri is required"),

@@ -1,0 +1,107 @@
+"""Whether a job's model fits one worker's memory: a pure decision over
+numbers, so tests feed it made-up models and workers.
+
+Per rank, at data-parallel shard degree N (FSDP shards over N ranks; tensor
+parallelism, degree T, splits each parameter over T ranks first):
+
+    sharded state      16 B x P / (N T)    fp32 param, grad, AdamW's two moments
+    + gathered         the largest FSDP unit's parameters, all-gathered in the
+                       param dtype (a full_shard step gathers one unit at a
+                       time); `shard_grad_op` keeps every unit gathered from
+                       forward to backward: all P / T of them
+
+Activations, the allocator's slack and the process itself come on top and
+are not counted: a job refused here could never run; one admitted may still
+need more. A job runs at any of its valid world sizes, so each must fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workers.spec import JobSpec
+
+ADAM_BYTES_PER_PARAM = 16
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    num_params: int
+    largest_unit: int  # parameters of the largest FSDP unit
+    param_bytes: int  # bytes per value of the gathered params (param_dtype)
+    keeps_gathered: bool = False  # shard_grad_op: every unit stays gathered through backward
+    tp: int = 1
+
+    def per_rank_bytes(self, shard_degree: int) -> tuple[float, float]:
+        """(sharded state, gathered) bytes per rank at this shard degree."""
+        params = self.num_params / self.tp
+        gathered = (params if self.keeps_gathered else self.largest_unit / self.tp) * self.param_bytes
+        return ADAM_BYTES_PER_PARAM * params / shard_degree, gathered
+
+
+@dataclass(frozen=True)
+class MemoryDecision:
+    fits: bool
+    reason: str = ""  # the figures, when it does not fit
+    world_size: int | None = None  # the smallest size that does not fit
+    need_bytes: float = 0.0
+    worker_bytes: float = 0.0
+    fits_from: int | None = None  # the smallest valid size that fits, if any
+
+
+class MemoryFitPolicy:
+    def check(self, model: ModelSize, sizes: Sequence[tuple[int, int]],
+              worker_bytes: float | None, source: str = "a worker") -> MemoryDecision:
+        """`sizes`: the job's valid (world size, shard degree) pairs;
+        `worker_bytes`: one worker's memory (None: unknown, nothing refused);
+        `source`: where that figure comes from, for the message."""
+        if worker_bytes is None or not sizes:
+            return MemoryDecision(True)
+        need = {n: sum(model.per_rank_bytes(shard)) for n, shard in sizes}
+        too_big = sorted(n for n in need if need[n] > worker_bytes)
+        if not too_big:
+            return MemoryDecision(True)
+        n = too_big[0]
+        shard = dict(sizes)[n]
+        state, gathered = model.per_rank_bytes(shard)
+        fitting = sorted(m for m in need if need[m] <= worker_bytes)
+        fits_from = fitting[0] if fitting else None
+        tp = f" x {model.tp} (tp)" if model.tp > 1 else ""
+        reason = (
+            f"the model needs {need[n] / GB:.2f} GB per rank at {n} workers: sharded state "
+            f"16 B x {model.num_params:,} params / {shard}{tp} = {state / GB:.2f} GB, plus "
+            f"{gathered / GB:.2f} GB gathered ("
+            + ("every unit, shard_grad_op" if model.keeps_gathered else
+               f"the largest unit, {model.largest_unit:,} params")
+            + f"); {source} has {worker_bytes / GB:.2f} GB"
+            + (f". It fits from {fits_from} workers: set workers.min to at least that"
+               if fits_from is not None else "")
+        )
+        return MemoryDecision(False, reason, n, need[n], worker_bytes, fits_from)
+
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def model_size(spec: JobSpec) -> ModelSize:
+    """A job's model, as the policy counts it (from the spec alone: torch-free)."""
+    count = spec.model.param_count()
+    sh = spec.sharding
+    return ModelSize(num_params=count.total, largest_unit=count.largest_unit(sh.blocks_per_unit),
+                     param_bytes=DTYPE_BYTES[sh.param_dtype],
+                     keeps_gathered=sh.strategy == "shard_grad_op", tp=_tp(spec))
+
+
+def shard_degrees(spec: JobSpec, world_sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(world size, FSDP's shard degree there) for each size."""
+    tp = _tp(spec)
+    return [(n, spec.sharding.mesh_shape(max(1, n // tp))[-1]) for n in world_sizes]
+
+
+def _tp(spec: JobSpec) -> int:
+    parallelism = getattr(spec, "parallelism", None)  # tensor parallelism, where the spec has it
+    return parallelism.tp if parallelism is not None else 1

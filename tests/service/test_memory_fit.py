@@ -1,0 +1,64 @@
+"""Admission knows the model's size: 16 B/param / N of sharded state plus
+the largest gathered unit must fit one worker, at every world size the job
+may run at. Made-up models and workers; no cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.scheduling.memory_fit import GB, MemoryFitPolicy, ModelSize, model_size, shard_degrees
+from workers.spec import JobSpec
+
+B = 1_000_000_000  # a billion parameters
+POLICY = MemoryFitPolicy()
+
+
+@pytest.mark.parametrize("model, sizes, worker_gb, fits, fits_from", [
+    # 1B params: 16 GB of state at N = 1, 2 GB at N = 8, plus a 0.1B-param unit in fp32 (0.4 GB)
+    (ModelSize(B, B // 10, 4), [(1, 1)], 80, True, None),
+    (ModelSize(B, B // 10, 4), [(1, 1)], 16, False, None),
+    (ModelSize(B, B // 10, 4), [(8, 8)], 2.4, True, None),
+    (ModelSize(B, B // 10, 4), [(8, 8)], 2.3, False, None),
+    # elastic 2..8: 8.4 GB at 2 does not fit 5 GB; from 4 (4.4 GB) it does
+    (ModelSize(B, B // 10, 4), [(8, 8), (4, 4), (2, 2)], 5, False, 4),
+    # bf16 params gather half the bytes
+    (ModelSize(B, B // 10, 2), [(8, 8)], 2.25, True, None),
+    # shard_grad_op keeps every unit gathered: 2 + 4 GB at N = 8
+    (ModelSize(B, B // 10, 4, keeps_gathered=True), [(8, 8)], 5.9, False, None),
+    # hybrid_shard's shard degree, not the world size, divides the state
+    (ModelSize(B, B // 10, 4), [(8, 2)], 8.3, False, None),
+    # tensor parallelism splits every parameter first
+    (ModelSize(B, B // 10, 4, tp=2), [(8, 4)], 2.3, True, None),
+    # a worker of unknown memory refuses nothing
+    (ModelSize(B, B // 10, 4), [(1, 1)], None, True, None),
+])
+def test_the_decision(model, sizes, worker_gb, fits, fits_from):
+    decision = POLICY.check(model, sizes, None if worker_gb is None else worker_gb * GB)
+    assert decision.fits is fits
+    assert decision.fits_from == fits_from
+
+
+def test_a_refusal_gives_the_figures():
+    decision = POLICY.check(ModelSize(B, B // 10, 4), [(4, 4), (2, 2)], 5 * GB,
+                            "resources_per_worker.memory_gb")
+    assert not decision.fits and decision.world_size == 2
+    assert decision.reason == (
+        "the model needs 8.40 GB per rank at 2 workers: sharded state 16 B x 1,000,000,000 "
+        "params / 2 = 8.00 GB, plus 0.40 GB gathered (the largest unit, 100,000,000 params); "
+        "resources_per_worker.memory_gb has 5.00 GB. It fits from 4 workers: set workers.min "
+        "to at least that")
+
+
+def test_figures_from_a_spec():
+    spec = JobSpec.model_validate({
+        "workers": {"min": 2, "max": 4},
+        "model": {"family": "llama", "n_layers": 4, "d_model": 64, "n_heads": 4},
+        "train": {"steps": 1, "global_batch_size": 8},
+        "sharding": {"strategy": "hybrid_shard", "blocks_per_unit": 2, "param_dtype": "bfloat16"},
+    })
+    size = model_size(spec)
+    count = spec.model.param_count()
+    assert size.num_params == spec.model.num_params()
+    assert size.largest_unit == max(2 * count.block, count.embedding, count.head, count.root)
+    assert size.param_bytes == 2
+    assert shard_degrees(spec, spec.world_sizes()) == [(4, 2), (3, 1), (2, 1)]
