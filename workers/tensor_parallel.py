@@ -30,12 +30,16 @@ dtype), f = (T-1)/T:
                     (o_proj's output), all-gather (the MLP's input),
                     reduce-scatter (down_proj's output); backward: the same
                     four, transposed                        8 f n d e
-                    (activation checkpointing: the forward again, + 4 f n d e)
+                    (activation checkpointing recomputes the forward up to
+                    its last saved tensor: both all-gathers and o_proj's
+                    reduce-scatter, + 3 f n d e; torch's non-reentrant
+                    checkpoint stops before down_proj's, whose output
+                    backward does not need)
     embedding       reduce-scatter forward, all-gather backward   2 f n d e
     head            all-gather of its input and of the logits forward,
                     reduce-scatter of the input's gradient    2 f n d e + f n V e
 
-    TP bytes = f n e ((8 + 4 ac) L d + 4 d + V)
+    TP bytes = f n e ((8 + 3 ac) L d + 4 d + V)
 
 The norms' weights are replicated over tp; their gradients, partial sums
 over the group's sequence slices, are summed by an all-reduce of 2 f d e
@@ -147,7 +151,7 @@ def tp_comm_theory_bytes(
         return 0.0
     f = (tp - 1) / tp
     d = cfg.d_model
-    per_block = (8 + 4 * activation_checkpointing) * d
+    per_block = (8 + 3 * activation_checkpointing) * d
     activations = f * tokens * act_bytes * (cfg.n_layers * per_block + 4 * d + cfg.vocab_size)
     norms = 2 * f * replicated_params(cfg) * act_bytes
     return activations + norms

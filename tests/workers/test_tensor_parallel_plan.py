@@ -107,11 +107,11 @@ def test_llamas_plan_places_every_parameter(tied):
 def test_tp_bytes_formula():
     cfg = ModelSpec.model_validate(LLAMA)
     tokens, d, v, L = 4 * 32, 64, 256, 2
-    # f n e ((8 + 4 ac) L d + 4 d + V) + 2 f e (2L + 1) d, f = (T-1)/T
+    # f n e ((8 + 3 ac) L d + 4 d + V) + 2 f e (2L + 1) d, f = (T-1)/T
     for tp in (2, 4):
         f = (tp - 1) / tp
         expect = f * tokens * 4 * (8 * L * d + 4 * d + v) + 2 * f * 4 * (2 * L + 1) * d
         assert tp_comm_theory_bytes(cfg, tp, tokens, 4) == pytest.approx(expect)
     recomputed = tp_comm_theory_bytes(cfg, 2, tokens, 2, activation_checkpointing=True)
-    assert recomputed == pytest.approx(0.5 * tokens * 2 * (12 * L * d + 4 * d + v) + 2 * 0.5 * 2 * 5 * d)
+    assert recomputed == pytest.approx(0.5 * tokens * 2 * (11 * L * d + 4 * d + v) + 2 * 0.5 * 2 * 5 * d)
     assert tp_comm_theory_bytes(cfg, 1, tokens, 4) == 0
