@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from workers.datasets.index import DatasetIndex, join, read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
+from workers.datasets.storage import data_storage_options
 from workers.datasets.text import TEXT_MAX_BYTES, file_format
 from workers.datasets.tokenizer import eod_id, load_tokenizer, vocab_size
 from workers.errors import DataError
@@ -24,6 +25,7 @@ def check_job_data(spec: JobSpec, storage_options: dict | None = None) -> None:
     """SpecError (naming the field and the file) unless the job's token data
     looks usable; nothing to do for byte or synthetic data."""
     data, vocab = spec.data, spec.model.vocab_size
+    storage_options = data_storage_options(storage_options)
     if data.source == "tokens":
         assert data.uri is not None
         _at("data.uri", lambda: check_token_dataset(data.uri or "", vocab, storage_options))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from workers.datasets.index import read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
+from workers.datasets.storage import data_storage_options
 from workers.datasets.text import TextSource
 from workers.datasets.token_shards import TokenShardSource, split_windows
 from workers.errors import DataError
@@ -20,6 +21,7 @@ def token_source(data: DataSpec, model: ModelSpec, seed: int, *, holdout: float 
                  storage_options: dict | None = None) -> TokenShardSource | TextSource:
     """The training source (or, with `held_out`, the held-out one) of a job's token data."""
     assert data.uri is not None  # the spec requires it for token sources
+    storage_options = data_storage_options(storage_options)
     if data.source == "text":
         assert data.tokenizer is not None
         source = TextSource(data.uri, data.field, data.tokenizer, seed, model.seq_len, storage_options)
@@ -33,6 +35,7 @@ def token_source(data: DataSpec, model: ModelSpec, seed: int, *, holdout: float 
 def open_tokens(prefix: str, model: ModelSpec, seed: int, *, holdout: float | None = None,
                 held_out: bool = False, rank: int = 0, world_size: int = 1, verify: bool = True,
                 storage_options: dict | None = None) -> TokenShardSource:
+    storage_options = data_storage_options(storage_options)
     index = read_index(prefix, storage_options)
     _check_vocab(index.vocab_size, model, f"{prefix} (its index)")
     check_shard_sizes(prefix, index, storage_options)
