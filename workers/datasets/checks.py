@@ -74,7 +74,7 @@ def check_text_file(uri: str, storage_options: dict | None = None) -> None:
     fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
     try:
         size = fs.info(path)["size"]
-    except FileNotFoundError:
+    except OSError:
         raise DataError(uri, "text dataset not found") from None
     if size > TEXT_MAX_BYTES:
         raise DataError(uri, f"{size} bytes is more than a text dataset read directly may hold "

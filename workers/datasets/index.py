@@ -121,10 +121,13 @@ def read_index(prefix: str, storage_options: dict | None = None) -> DatasetIndex
     where = join(prefix, INDEX_FILE)
     fs, path = fsspec.core.url_to_fs(where, **(storage_options or {}))
     try:
-        size = fs.info(path)["size"]
+        info = fs.info(path)
+        if info.get("type") == "directory" or info["size"] > MAX_INDEX_BYTES:
+            raise DataError(where, "is not a dataset index (a directory, or too large)")
+        blob = fs.cat_file(path)
     except FileNotFoundError:
         raise DataError(where, "no dataset index here (not a prepared dataset, or its "
                                "preparation has not finished)") from None
-    if size > MAX_INDEX_BYTES:
-        raise DataError(where, f"{size} bytes is too large for a dataset index")
-    return parse_index(fs.cat_file(path), where)
+    except OSError as e:  # unreadable: permissions, a store that refuses
+        raise DataError(where, f"cannot read the dataset index ({e})") from None
+    return parse_index(blob, where)

@@ -21,7 +21,7 @@ def check_shard_sizes(prefix: str, index: DatasetIndex, storage_options: dict | 
     try:
         listed = {entry["name"].rsplit("/", 1)[-1]: entry["size"]
                   for entry in fs.ls(root, detail=True)}
-    except FileNotFoundError:
+    except OSError:  # not there, or not a directory: every shard is missing
         listed = {}
     for shard in index.shards:
         uri = join(prefix, shard.file)
@@ -50,6 +50,8 @@ def verify_checksums(prefix: str, index: DatasetIndex, shards: list[int],
                     digest.update(chunk)
         except FileNotFoundError:
             raise DataError(join(prefix, shard.file), "shard missing") from None
+        except OSError as e:
+            raise DataError(join(prefix, shard.file), f"cannot read the shard ({e})") from None
         if digest.hexdigest() != shard.sha256:
             raise DataError(join(prefix, shard.file), f"checksum mismatch: sha256 "
                                                       f"{digest.hexdigest()[:16]}..., the index "

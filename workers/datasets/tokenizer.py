@@ -32,12 +32,17 @@ def load_tokenizer(uri: str, storage_options: dict | None = None) -> Tokenizer:
 
     fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
     try:
-        size = fs.info(path)["size"]
+        info = fs.info(path)
+        if info.get("type") == "directory":
+            raise DataError(uri, "is a directory, not a tokenizer file")
+        if info["size"] > MAX_TOKENIZER_BYTES:
+            raise DataError(uri, f"{info['size']} bytes is too large for a tokenizer file")
+        blob = fs.cat_file(path)
     except FileNotFoundError:
         raise DataError(uri, "tokenizer file not found") from None
-    if size > MAX_TOKENIZER_BYTES:
-        raise DataError(uri, f"{size} bytes is too large for a tokenizer file")
-    return parse_tokenizer(fs.cat_file(path), uri)
+    except OSError as e:  # unreadable: permissions, a store that refuses
+        raise DataError(uri, f"cannot read the tokenizer file ({e})") from None
+    return parse_tokenizer(blob, uri)
 
 
 def vocab_size(tokenizer: Tokenizer) -> int:

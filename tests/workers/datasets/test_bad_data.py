@@ -125,3 +125,15 @@ def test_a_data_error_crosses_processes_and_reads_as_permanent():
     assert str(error) == "s3://b/x.bin: shard missing"
     assert is_permanent(f"rank 1 (pid 7) failed: {type(error).__name__}: {error}")
     assert not is_permanent("rank 1 (pid 7) failed: RuntimeError: Connection reset by peer")
+
+
+def test_a_directory_where_a_file_should_be_is_refused_not_a_crash(copy, corpus_dir):
+    prefix, directory = copy
+    text = JobSpec.model_validate({
+        "model": {"vocab_size": 512, "seq_len": 16}, "train": {"steps": 2},
+        "data": {"source": "text", "uri": f"file://{corpus_dir}/inputs/part-0.jsonl",
+                 "tokenizer": prefix}})
+    assert "is a directory" in str(refusal(text))
+    (directory / "index.json").unlink()
+    (directory / "index.json").mkdir()
+    assert "is not a dataset index" in str(refusal(spec(prefix)))
