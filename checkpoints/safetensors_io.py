@@ -177,7 +177,7 @@ class SafetensorsReader:
         """The bytes of `box` of tensor `name`, row-major as the box's own
         contiguous array (the file's dtype)."""
         info = self.tensors[name]
-        box = [(0, d) for d in info.shape] if box is None else [tuple(b) for b in box]
+        box = [(0, d) for d in info.shape] if box is None else [(b[0], b[1]) for b in box]
         runs = box_runs(info.shape, box, info.itemsize)
         if not runs:
             return b""

@@ -105,7 +105,7 @@ class ExportService:
         except ExportRefused as e:
             self.store.append_log(job.id, [f"export on success not made: {e}"])
 
-    def list(self, job: JobRecord) -> list[ExportInfo]:
+    def committed(self, job: JobRecord) -> list[ExportInfo]:
         """Committed exports, oldest step first; torn ones not being written are removed."""
         exports = CheckpointTarget.from_dict(self._target_of(job)).open_exports()
         with self._lock:
@@ -114,7 +114,7 @@ class ExportService:
             logger.info("job %s: removed torn export %s", job.id, ident)
         return exports.list_committed()
 
-    def writing(self, job: JobRecord) -> list[str]:
+    def being_written(self, job: JobRecord) -> list[str]:
         with self._lock:
             return sorted(ident for (job_id, ident) in self._writing if job_id == job.id)
 

@@ -56,6 +56,7 @@ def export_checkpoint(request: dict[str, Any],
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     started = time.perf_counter()
     target = CheckpointTarget.from_dict(request["target"])
@@ -73,7 +74,7 @@ def export_checkpoint(request: dict[str, Any],
     entries, dcp_dtypes = [], {}
     for name, shape in tensor_shapes(model).items():
         meta = metadata.state_dict_metadata.get(DCP_MODEL_PREFIX + name)
-        if meta is None or tuple(getattr(meta, "size", ())) != shape:
+        if not isinstance(meta, TensorStorageMetadata) or tuple(meta.size) != shape:
             raise CheckpointInvalid(f"step {step}: tensor {name} is not in the checkpoint with "
                                     f"shape {list(shape)}")
         dcp_dtypes[name] = meta.properties.dtype

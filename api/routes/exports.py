@@ -43,7 +43,7 @@ def create_export(
 @router.get("/{job_id}/exports")
 def list_exports(job: OwnedJob, supervisor: SupervisorDep) -> list[ExportPublic]:
     """Committed exports only, oldest step first."""
-    return [ExportPublic.model_validate(e) for e in supervisor.exports.list(job)]
+    return [ExportPublic.model_validate(e) for e in supervisor.exports.committed(job)]
 
 
 @router.get("/{job_id}/exports/{export_id}/files/{name}", response_class=StreamingResponse,
