@@ -84,17 +84,20 @@ def serve(
 
     from api.app import create_app
     from api.listener import bind_listener, url_of
+    from service import service_log
     from service.runtime import build_supervisor
     from service.settings import Settings
 
     given: dict[str, Any] = {"host": host, "port": port, "data_dir": data_dir and str(data_dir),
                              "ray_address": ray_address}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    service_log.configure(settings.log_level, settings.log_format)
     listener = bind_listener(settings.host, settings.port)  # bound now: the URL printed is real
     admin_key, generated = settings.ensure_admin_key()
     supervisor = build_supervisor(settings)  # joins or starts Ray, reconciles, starts supervising
     try:
-        server = uvicorn.Server(uvicorn.Config(create_app(supervisor), log_level="info"))
+        server = uvicorn.Server(uvicorn.Config(create_app(supervisor), log_config=None,
+                                               log_level=settings.log_level.lower()))
         typer.echo(f"Brigade API on {url_of(listener)}")
         typer.echo(_admin_key_line(settings, admin_key, generated))
         server.run(sockets=[listener])

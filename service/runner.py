@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from service.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at
 from service.recovery import RECOVERY_FIELDS, Interruption
 from service.scheduling.restart import Failure, RestartPolicy
+from service.service_log import about_job
 from service.states import IllegalTransition
 from service.states import JobState as S
 from service.store.errors import JobNotFound, UnexpectedState
@@ -43,6 +44,7 @@ class Group(Protocol):
     backend: str | None
 
     def progress(self, since: int = 0) -> list[dict]: ...
+    def output(self) -> list[list[str]]: ...  # each rank's stdout/stderr lines since the last call
     def status(self) -> dict: ...
     def request_stop(self) -> None: ...
     def shutdown(self) -> None: ...
@@ -84,6 +86,13 @@ class JobRunner(threading.Thread):
     # -- the life of one job --------------------------------------------------
 
     def run(self) -> None:
+        job = None
+        with contextlib.suppress(Exception):  # the run itself says what is wrong with the store
+            job = self.store.get_job(self.job_id)
+        with about_job(self.job_id, job.tenant if job else None):  # its records name the job
+            self._run()
+
+    def _run(self) -> None:
         try:
             group, ended = self.group, GroupOutcome(Outcome.NO_GROUP)
             while not self.detach.is_set():
@@ -150,11 +159,13 @@ class JobRunner(threading.Thread):
         while not self.detach.is_set():
             try:
                 seen += self._record(group.progress(seen))
+                self._record_output(group)  # before the status: a rank that failed said why
                 status = group.status()
             except WorkerGroupError as e:  # a rank failed or was lost, or none answers (hung)
                 return GroupOutcome.failed(e, group.node_infos)
             if status["state"] in ("done", "preempted"):
                 self._record(group.progress(seen))
+                self._record_output(group)
                 if status["state"] == "done":
                     return GroupOutcome(Outcome.FINISHED)
                 return GroupOutcome(Outcome.PREEMPTED, status.get("reason"))
@@ -203,8 +214,11 @@ class JobRunner(threading.Thread):
             job = self._apply(transition.via, job)
         if transition.to is None:
             return job
-        return self.store.transition(self.job_id, transition.to, expect=job.state,
-                                     reason=transition.reason, **transition.fields)
+        moved = self.store.transition(self.job_id, transition.to, expect=job.state,
+                                      reason=transition.reason, **transition.fields)
+        logger.info("job %s: %s -> %s: %s", self.job_id, job.state.value, moved.state.value,
+                    transition.reason)
+        return moved
 
     # -- progress -----------------------------------------------------------------
 
@@ -249,6 +263,14 @@ class JobRunner(threading.Thread):
                              "committed checkpoint, and saves again at the next interval")
         self.store.append_log(self.job_id, lines)
         return len(fetched)
+
+    def _record_output(self, group: Group) -> None:
+        """The ranks' own output (stdout, stderr) into the job's log, each
+        line marked with its rank (made printable and cut by the store)."""
+        lines = [f"rank {rank}: {line}" for rank, taken in enumerate(group.output())
+                 for line in taken]
+        if lines:
+            self.store.append_log(self.job_id, lines)
 
     def _recover(self, job: JobRecord, carried: list[dict]) -> None:
         """Rows a checkpoint carried (of steps its attempt took, up to the

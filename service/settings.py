@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # finished jobs (their records, history and storage) are removed this many days after
     # they ended; None: kept until deleted
     job_retention_days: float | None = Field(None, gt=0)
+    # `brigade serve`'s logging (service.service_log): the level, and text or one JSON object a line
+    log_level: str = Field("INFO", pattern="(?i)^(debug|info|warning|error|critical)$")
+    log_format: str = Field("text", pattern="^(text|json)$")
     # exports (Hugging Face format): safetensors files are cut at this size; a job
     # that succeeds is exported at its final checkpoint in this dtype ("" : not)
     export_max_shard_bytes: int = Field(5 * 10**9, ge=1)

@@ -36,6 +36,7 @@ from service.ray_cluster import (
 from service.runner import ControlPlane, JobRunner
 from service.scheduling import Demand, Resources, RestartPolicy
 from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
+from service.service_log import job_fields
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
@@ -135,7 +136,8 @@ class Supervisor:
             raise JobUnfinished(job_id, job.state)
         self._checkpoint_store(job).remove_job()
         removed = self.store.delete_job(job_id)
-        logger.info("job %s of tenant %s deleted by %s", job_id, job.tenant, _who(tenant))
+        logger.info("job %s of tenant %s deleted by %s", job_id, job.tenant, _who(tenant),
+                    extra=job_fields(job))
         return removed
 
     def sweep_finished(self, now: datetime | None = None) -> list[str]:
@@ -152,10 +154,11 @@ class Supervisor:
                 self._checkpoint_store(job).remove_job()
                 self.store.delete_job(job.id)
             except Exception:
-                logger.exception("job %s: retention could not delete it", job.id)
+                logger.exception("job %s: retention could not delete it", job.id,
+                                 extra=job_fields(job))
                 continue
             logger.info("job %s of tenant %s deleted: finished %s, past the retention of %g days",
-                        job.id, job.tenant, job.finished_at, days)
+                        job.id, job.tenant, job.finished_at, days, extra=job_fields(job))
             removed.append(job.id)
         return removed
 
@@ -316,7 +319,8 @@ class Supervisor:
                     group = WorkerGroup.attach(name, job.workers)
                     group.status()
                 except (WorkerGroupError, RankError, ValueError) as e:
-                    logger.info("job %s: group %s not usable: %s", job.id, name, printable(e))
+                    logger.info("job %s: group %s not usable: %s", job.id, name, printable(e),
+                                extra=job_fields(job))
                     group = None
             if group is not None:
                 self.store.note(job.id, f"reconciled after a control-plane restart: "

@@ -222,6 +222,10 @@ class WorkerGroup:
         """Rank 0's metrics from step index `since` on."""
         return self._answers("progress", since, ranks=1)[0]
 
+    def output(self) -> list[list[str]]:
+        """Each rank's stdout and stderr lines since the last call, by rank."""
+        return self._answers("take_output")
+
     def _answers(self, method: str, *args, ranks: int | None = None) -> list:
         """A quick query of every rank (or the first `ranks`), answered by the
         actor's second thread whatever its training does. A rank that has not

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import ray
 
 from workers import distributed
+from workers.rank_output import OutputCapture
 from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class RankActor:
         self._ray_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
         self._store: _RendezvousStore | None = None  # rank 0's rendezvous store, from choose_rendezvous
         self._install_sigterm_handler()
+        # The process's stdout and stderr, for the job's log (Ray's log files keep them too).
+        self._output = OutputCapture().start()
 
     def node_info(self) -> dict:
         return {
@@ -201,6 +204,11 @@ class RankActor:
         if trainer is not None and 0 < since <= len(self._metrics):
             trainer.acknowledge(self._metrics[since - 1]["step"])
         return self._metrics[since:]
+
+    def take_output(self) -> list[str]:
+        """This rank's stdout and stderr lines since the last take (bounded:
+        `workers.rank_output`)."""
+        return self._output.take()
 
     def pid(self) -> int:
         return os.getpid()

@@ -16,9 +16,21 @@ from tests.e2e.serve_harness import Server, losses_by_step, spec
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("brigade")).start()
+    srv = Server(tmp_path_factory.mktemp("brigade"), env={"BRIGADE_LOG_FORMAT": "json"}).start()
     yield srv
     srv.stop()
+
+
+def test_the_server_logs_json_records_that_name_the_job(server):
+    job = server.submit(spec(4))
+    server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED")
+    lines = server.log_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    about = [r for r in records if r.get("job_id") == job["id"]]
+    assert about and all(r["tenant"] == "admin" for r in about), server.log_tail()
+    assert any("-> SUCCEEDED" in r["message"] for r in about)
+    assert any(r["logger"] == "uvicorn.access" and "/v1/jobs" in r["message"] for r in records)
+    assert {r["level"] for r in records} <= {"INFO", "WARNING", "ERROR", "CRITICAL"}
 
 
 def test_a_job_runs_to_success_with_falling_loss_and_committed_checkpoints(server):

@@ -88,6 +88,9 @@ class FakeGroup:
     def request_stop(self) -> None:
         self.stop_requested = True
 
+    def output(self) -> list[list[str]]:
+        return []
+
     def shutdown(self) -> None:
         self.shut_down = True
 
