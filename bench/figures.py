@@ -12,5 +12,6 @@ TITLES = {
     "recovery": "Recovery after a rank is killed",
     "api": "API latency at 100 concurrent clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
+    "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
 }
 FIGURES = list(TITLES)

@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
+from starlette.routing import NoMatchFound
 
 from api.deps import CurrentTenant, StoreDep, SupervisorDep, page_session, tenant_for_key
 from api.errors import ApiError
@@ -99,7 +100,7 @@ def job_page(request: Request, job_id: str, store: StoreDep) -> Response:
         return _page(request, "not_found.html", session, status=404, page="jobs",
                      what=f"job {job_id[:64]!r}")
     return _page(request, "job.html", session, page="job", job_id=job.id, job_name=job.name,
-                 has_exports=_has_route(request, "/v1/jobs/{job_id}/exports"))
+                 has_exports=_has_route(request, "list_exports", job_id=job.id))
 
 
 @router.get("/submit")
@@ -126,8 +127,13 @@ def tenants_page(request: Request) -> Response:
     return _page(request, "tenants.html", session, page="tenants")
 
 
-def _has_route(request: Request, path: str) -> bool:
-    return any(getattr(route, "path", None) == path for route in request.app.routes)
+def _has_route(request: Request, name: str, **params: str) -> bool:
+    """Whether the app has the named route (a page shows what the API offers)."""
+    try:
+        request.app.url_path_for(name, **params)
+    except NoMatchFound:
+        return False
+    return True
 
 
 # -- JSON for the pages ------------------------------------------------------------

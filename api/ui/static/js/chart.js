@@ -23,9 +23,19 @@ const Chart = (() => {
   }
 
   // Ticks on a log10 axis: the powers of ten in range (with 2x and 5x over a short range).
-  function logTicks(lo, hi) {
+  function logTicks(lo, hi, base) {
     const out = [];
-    const mults = hi - lo < 2 ? [1, 2, 5] : [1];
+    // bytes: powers of 1024 and 4x steps between (1 MiB, 4 MiB, 16 MiB, ...); else 1-2-5
+    const mults = base === 1024 ? [1, 4, 16, 64, 256] : hi - lo < 2 ? [1, 2, 5] : [1];
+    if (base === 1024) {
+      for (let e = Math.floor(lo / Math.log10(1024)); e <= Math.ceil(hi / Math.log10(1024)); e++) {
+        for (const m of mults) {
+          const t = e * Math.log10(1024) + Math.log10(m);
+          if (t >= lo && t <= hi) out.push(t);
+        }
+      }
+      return out.length ? out : [lo];
+    }
     for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
       for (const m of mults) {
         const t = e + Math.log10(m);
@@ -65,7 +75,7 @@ const Chart = (() => {
     const sx = (x) => M.l + (x - x0) / (x1 - x0) * (W - M.l - M.r);
     const sy = (y) => H - M.b - (y - y0) / (y1 - y0) * (H - M.t - M.b);
     const grid = svg("g", {class: "grid"});
-    for (const v of log ? logTicks(y0, y1) : ticks(y0, y1, 4)) {
+    for (const v of log ? logTicks(y0, y1, opts.base) : ticks(y0, y1, 4)) {
       grid.append(svg("line", {x1: M.l, x2: W - M.r, y1: sy(v), y2: sy(v)}));
       const t = svg("text", {x: M.l - 6, y: sy(v) + 4, "text-anchor": "end", class: "axis-label"});
       t.textContent = format(log ? Math.pow(10, v) : v);

@@ -72,7 +72,7 @@ document.addEventListener("DOMContentLoaded", () => {
       [line(s.series, "tokens_per_s", "tokens/s", "c3")], marks, (v) => number(v));
     Chart.draw(figures.memory, "Memory per rank: measured peak vs theory (16 B/param / N + the largest unit)",
       [line(s.series, "peak_mem_bytes", "peak", "c4"), line(s.series, "mem_theory_bytes", "theory", "c5", true)],
-      marks, bytes, {log: spread(s.series, "peak_mem_bytes", "mem_theory_bytes") > 20});
+      marks, bytes, {log: spread(s.series, "peak_mem_bytes", "mem_theory_bytes") > 20, base: 1024});
     Chart.draw(figures.comm, "Bytes moved per step vs the formula",
       [line(s.series, "comm_bytes", "measured", "c6"), line(s.series, "comm_bytes_theory", "theory", "c5", true)],
       marks, bytes);
@@ -82,7 +82,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const [events, checkpoints, workers] = await Promise.all([
       api("GET", `${base}/events`), api("GET", `${base}/checkpoints`), api("GET", `${base}/workers`)]);
     fill(document.querySelector("#events tbody"), events.slice().reverse().map((e) => el("tr", {},
-      el("td", {class: "nowrap"}, time(e.time)), el("td", {}, e.from_state ? badge(e.from_state) : "-"),
+      el("td", {class: "nowrap"}, time(e.time)), el("td", {class: "hide-narrow"}, e.from_state ? badge(e.from_state) : "-"),
       el("td", {}, badge(e.to_state)), el("td", {class: "reason"}, e.reason))), "No events.", 4);
     fill(document.querySelector("#checkpoints tbody"), checkpoints.slice().reverse().map((c) => el("tr", {},
       el("td", {class: "num"}, c.step), el("td", {class: "num"}, c.world_size),

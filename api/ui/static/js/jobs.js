@@ -40,10 +40,10 @@ document.addEventListener("DOMContentLoaded", () => {
       admin ? el("td", {}, job.tenant) : null,
       el("td", {}, badge(job.state)),
       el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}`),
-      el("td", {class: "num"}, job.workers ?? "-"),
-      el("td", {class: "num"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
-      el("td", {}, time(job.created_at)),
-      el("td", {class: "note"}, job.waiting || job.error || ""),
+      el("td", {class: "num hide-narrow"}, job.workers ?? "-"),
+      el("td", {class: "num hide-narrow"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
+      el("td", {class: "hide-narrow"}, time(job.created_at)),
+      el("td", {class: "note hide-narrow"}, job.waiting || job.error || ""),
     ));
     fill(tbody, rows, "No jobs match.", admin ? 8 : 7);
     const limit = page.limit;
