@@ -13,5 +13,6 @@ TITLES = {
     "api": "API latency at 100 concurrent clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
     "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
+    "data": "Data: token shards' wait per step, a rank's memory, preparation on Ray",
 }
 FIGURES = list(TITLES)
