@@ -12,6 +12,7 @@ from api.dashboard import install_dashboard
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
 from api.routes import cluster, health, jobs, logs, tenants, usage
+from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
 
 
@@ -27,6 +28,7 @@ def create_app(supervisor) -> FastAPI:
     for module in (jobs, logs, tenants, cluster, usage, health):
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.routes.exports
+    app.include_router(datasets_router)  # a dataset's preparation, as a job: api.routes.datasets
     install_dashboard(app, supervisor.store, settings)
     install_error_handlers(app)
     access_log.install()

@@ -103,9 +103,8 @@ def wait_run(uri: str, steps: int) -> dict:
 
 
 def measure_wait(work: Path, steps: int) -> dict:
-    from moto.server import ThreadedMotoServer
-
     import fsspec
+    from moto.server import ThreadedMotoServer
 
     uri = make_token_set(work / "wait-set", 20 << 20, sparse=False)
     out = {"file": wait_run(uri, steps)}

@@ -12,6 +12,10 @@ from workers.spec import JobSpec, SpecError
 
 
 def check_job_data(spec: JobSpec, tenant: str, root: str) -> None:
+    if spec.prepare is not None:  # a dataset's preparation (service.dataset_jobs)
+        from service.dataset_jobs import check_prepare
+
+        check_prepare(spec.prepare, tenant, root)
     uris = dict(spec.data.uris())
     if spec.eval is not None and spec.eval.uri is not None:
         uris["eval.uri"] = spec.eval.uri

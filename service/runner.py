@@ -252,6 +252,10 @@ class JobRunner(threading.Thread):
         self.store.update_job(self.job_id, **fields)
         total = job.spec.train.steps
         for r in rows:
+            if "file" in r:  # a dataset's preparation: a step is a file
+                lines.append(f"file {r['step']}/{total} {r['file']}: {r['tokens']} tokens, "
+                             f"{r['documents']} documents, {r['tokens_per_s']:.0f} tok/s")
+                continue
             lines.append(f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
                          f"{r['tokens_per_s']:.0f} tok/s")
             if r.get("eval_loss") is not None:

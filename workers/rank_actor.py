@@ -110,6 +110,12 @@ class RankActor:
         self._metrics, self._state, self._error = [], "running", None
         self._stop_requested = False
         try:
+            if spec.prepare is not None:  # a dataset's preparation: its steps are files
+                from workers.datasets.prepare_job import prepare_on_ranks
+
+                rows = prepare_on_ranks(spec.prepare, self._record)
+                self._state = "done"
+                return rows
             target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
             self._trainer = Trainer(spec, target)
             # Rows a checkpoint carried (not read before the last group ended)

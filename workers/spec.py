@@ -383,6 +383,37 @@ class InitSpec(_Section):
 
 # What determines the loss curve: the checkpoint's config hash covers these.
 CURVE_SECTIONS = ("model", "data", "train", "sharding", "init")
+MAX_PREPARE_FILES = 100_000
+
+
+class PrepareSpec(_Section):
+    """A dataset-preparation job (kind 'prepare', `POST /v1/datasets`): its
+    ranks tokenize `inputs` (the files, expanded and sorted at submit) into
+    a token dataset at `output` (workers/datasets/prepare.py), one file a
+    step: train.steps is the number of files."""
+
+    inputs: Annotated[list[Annotated[str, Field(min_length=1, max_length=2048)]],
+                      Field(min_length=1, max_length=MAX_PREPARE_FILES)]
+    output: Annotated[str, Field(min_length=1, max_length=2048)]
+    tokenizer: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    train_vocab_size: Annotated[int, Field(ge=2, le=1_048_576)] | None = None
+    field: Annotated[str, Field(min_length=1, max_length=256)] = "text"
+    tokens_per_shard: Annotated[int, Field(ge=1, le=1 << 30)] = 1 << 24
+
+    @model_validator(mode="after")
+    def _one_tokenizer(self) -> PrepareSpec:
+        if (self.tokenizer is None) == (self.train_vocab_size is None):
+            raise refusal("tokenizer", "prepare takes exactly one of tokenizer (a tokenizers JSON "
+                                       "file) and train_vocab_size (train one on the inputs)")
+        return self
+
+    def uris(self) -> dict[str, str]:
+        """Every uri it names, by its field (what the service checks)."""
+        named = {f"prepare.inputs.{i}": uri for i, uri in enumerate(self.inputs)}
+        named["prepare.output"] = self.output
+        if self.tokenizer is not None:
+            named["prepare.tokenizer"] = self.tokenizer
+        return named
 
 
 class JobSpec(_Section):
@@ -398,6 +429,9 @@ class JobSpec(_Section):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     init: InitSpec | None = None  # initial weights: a Hugging Face directory or a job's checkpoint
     eval: EvalSpec | None = None  # a validation loss in the metrics rows of some steps
+    # train: a training job; prepare: a dataset's preparation (the `prepare` section)
+    kind: Literal["train", "prepare"] = "train"
+    prepare: PrepareSpec | None = None
     max_restarts: Annotated[int, Field(ge=0, le=100)] = DEFAULT_MAX_RESTARTS
     # how the ranks spread over Ray's nodes: PACK (fewest nodes) or SPREAD (one a node where it can)
     placement: Literal["PACK", "SPREAD"] = "PACK"
@@ -416,6 +450,11 @@ class JobSpec(_Section):
     def _runnable(self) -> JobSpec:
         """The checks that span sections, and some world size in min..max
         that can run the job."""
+        if (self.kind == "prepare") != (self.prepare is not None):
+            raise refusal("prepare", "a job of kind 'prepare' has a prepare section, and only it")
+        if self.prepare is not None and self.train.steps != len(self.prepare.inputs):
+            raise refusal("train.steps", f"a prepare job's train.steps is its number of files "
+                          f"({len(self.prepare.inputs)}), got {self.train.steps}", self.train.steps)
         if self.eval is not None and self.data.source not in TOKEN_SOURCES:
             raise refusal("eval", "eval needs token data (data.source 'tokens' or 'text'), not "
                                   f"{self.data.source!r}")

@@ -159,6 +159,24 @@ def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, fie
     if fs.exists(f"{root}/{INDEX_FILE}"):
         raise DataError(join(output, INDEX_FILE), "a dataset is already prepared here")
     fs.makedirs(root, exist_ok=True)
+    tokenizer_json, _, eod, dtype = tokenizer_of(files, tokenizer, train_vocab_size, field,
+                                                 storage_options, workers)
+    jobs = [(number, uri, field, tokenizer_json, eod, dtype, output, tokens_per_shard, storage_options)
+            for number, uri in enumerate(files)]
+    results: dict[int, FileResult] = {}
+    for number, result in _tokenize_all(jobs, workers):
+        results[number] = result
+        if on_progress is not None:
+            on_progress(result, len(results), len(files))
+    return write_index(output, [results[k] for k in range(len(files))], tokenizer_json, field,
+                       storage_options)
+
+
+def tokenizer_of(files: list[str], tokenizer: str | None, train_vocab_size: int | None, field: str,
+                 storage_options: dict | None, workers: int = 0) -> tuple[str, int, int, str]:
+    """(its JSON, vocabulary size, end-of-document id, the shards' dtype) of
+    the tokenizer at `tokenizer`, or of one trained on `files` (in a Ray task,
+    or here with workers=0)."""
     where = tokenizer or "the trained tokenizer"
     if train_vocab_size is not None:
         tokenizer_json = _call(workers, train_tokenizer, files, field, train_vocab_size, storage_options)
@@ -167,25 +185,29 @@ def prepare(inputs: list[str], output: str, *, tokenizer: str | None = None, fie
     else:
         raise ValueError("prepare needs a tokenizer (tokenizer=...) or train_vocab_size")
     parsed = parse_tokenizer(tokenizer_json.encode(), where)
-    vocab, eod = vocab_size(parsed), eod_id(parsed, where)
-    dtype = dtype_for(vocab)
-    jobs = [(number, uri, field, tokenizer_json, eod, dtype, output, tokens_per_shard, storage_options)
-            for number, uri in enumerate(files)]
-    results: dict[int, FileResult] = {}
-    for number, result in _tokenize_all(jobs, workers):
-        results[number] = result
-        if on_progress is not None:
-            on_progress(result, len(results), len(files))
-    ordered = [results[k] for k in range(len(files))]
-    index = DatasetIndex(dtype=dtype, vocab_size=vocab, eod_id=eod,
-                         shards=tuple(s for r in ordered for s in r.shards),
-                         tokenizer=TOKENIZER_FILE, documents=sum(r.documents for r in ordered),
-                         extra={"inputs": [_path_of(f).rsplit("/", 1)[-1] for f in files],
+    vocab = vocab_size(parsed)
+    return tokenizer_json, vocab, eod_id(parsed, where), dtype_for(vocab)
+
+
+def write_index(output: str, results: list[FileResult], tokenizer_json: str, field: str,
+                storage_options: dict | None = None) -> DatasetIndex:
+    """The tokenizer, then the index (last: now the dataset exists) of the
+    files' shards, in file order."""
+    import fsspec
+
+    tokenizer = parse_tokenizer(tokenizer_json.encode(), "the tokenizer")
+    vocab = vocab_size(tokenizer)
+    index = DatasetIndex(dtype=dtype_for(vocab), vocab_size=vocab,
+                         eod_id=eod_id(tokenizer, "the tokenizer"),
+                         shards=tuple(s for r in results for s in r.shards),
+                         tokenizer=TOKENIZER_FILE, documents=sum(r.documents for r in results),
+                         extra={"inputs": [_path_of(r.file).rsplit("/", 1)[-1] for r in results],
                                 "field": field})
     if not index.shards:
-        raise DataError(inputs[0], "the inputs hold no documents")
+        raise DataError(results[0].file if results else output, "the inputs hold no documents")
+    fs, root = fsspec.core.url_to_fs(output.rstrip("/"), **(storage_options or {}))
     fs.pipe_file(f"{root}/{TOKENIZER_FILE}", tokenizer_json.encode())
-    fs.pipe_file(f"{root}/{INDEX_FILE}", index.to_json().encode())  # last: now it exists
+    fs.pipe_file(f"{root}/{INDEX_FILE}", index.to_json().encode())
     return index
 
 

@@ -1,0 +1,94 @@
+"""`POST /v1/datasets`: a dataset's preparation as a job of kind 'prepare',
+run for real by a started supervisor on the session's Ray cluster (two rank
+actors tokenizing a file each a round): admitted, followed (one row a file),
+its output byte-identical to `data prepare`'s; refused with a 422 naming the
+field for inputs outside the tenant's prefix, a glob matching nothing and an
+output that holds a dataset; cancellable like any job."""
+
+from __future__ import annotations
+
+import fsspec
+import httpx
+import pytest
+
+from api.app import create_app
+from api.client import BrigadeClient
+from api.schemas import JobProgress
+from service.states import JobState
+from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.live_server import LiveServer
+from tests.workers.datasets.corpus import write_inputs, write_tokenizer
+from workers.datasets.prepare import prepare
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, ray_cluster):
+    supervisor = make_supervisor(tmp_path_factory.mktemp("datasets"))
+    supervisor.start()
+    data = f"{supervisor.settings.resolved_data_uri_root}/tenants/admin/data"
+    write_tokenizer(f"{data}/tokenizer.json")
+    write_inputs(f"{data}/raw", files=3, docs_per_file=80)
+    try:
+        with LiveServer(create_app(supervisor)) as server, BrigadeClient(server.url, ADMIN_KEY) as client, \
+                httpx.Client(base_url=server.url, timeout=30,
+                             headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
+            yield client, http, data
+    finally:
+        supervisor.stop()
+
+
+def request(data: str, output: str, **extra) -> dict:
+    return {"inputs": [f"{data}/raw/*"], "output": f"{data}/{output}",
+            "tokenizer": f"{data}/tokenizer.json", "workers": 2, "tokens_per_shard": 3000, **extra}
+
+
+def files_of(uri: str) -> dict[str, bytes]:
+    fs, root = fsspec.core.url_to_fs(uri)
+    return {p.rsplit("/", 1)[-1]: fs.cat_file(p) for p in sorted(fs.find(root))}
+
+
+def test_a_preparation_runs_as_a_job_and_writes_the_same_bytes(live, tmp_path):
+    client, http, data = live
+    answer = http.post("/v1/datasets", json=request(data, "corpus"))
+    assert answer.status_code == 201, answer.text
+    job = answer.json()
+    assert job["spec"]["kind"] == "prepare" and job["spec"]["train"]["steps"] == 3
+    assert [f.rsplit("/", 1)[-1] for f in job["spec"]["prepare"]["inputs"]] == [
+        "part-0.jsonl", "part-1.parquet", "part-2.jsonl"]
+    states = [e.state for e in client.follow(job["id"]) if isinstance(e, JobProgress)]
+    assert states[-1] is JobState.SUCCEEDED, client.get(job["id"]).error
+    lines = [line.line for line in client.all_logs(job["id"])]
+    assert any(line.startswith("file 3/3 part-2.jsonl: ") for line in lines), lines
+    assert [m.step for m in client.metrics(job["id"])] == [1, 2, 3]
+    here = f"file://{tmp_path}/here"
+    prepare([f"{data}/raw/*"], here, tokenizer=f"{data}/tokenizer.json", workers=0, tokens_per_shard=3000)
+    assert files_of(f"{data}/corpus") == files_of(here)
+
+    again = http.post("/v1/datasets", json=request(data, "corpus"))
+    assert again.status_code == 422 and again.json()["error"]["field"] == "prepare.output", again.text
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"inputs": ["file:///etc/*"]}, "inputs.0", "data prefix"),
+    ({"inputs": ["{data}/raw/nothing-*.jsonl"]}, "inputs", "no input files match"),
+    ({"tokenizer": "{data}/raw/part-0.jsonl"}, "prepare.tokenizer", "not a tokenizers JSON file"),
+    ({"output": "file:///tmp/elsewhere"}, "prepare.output", "data prefix"),
+])
+def test_what_cannot_be_prepared_is_422_naming_the_field(live, change, field, words):
+    _, http, data = live
+    body = request(data, "never") | {k: [x.format(data=data) for x in v] if isinstance(v, list)
+                                     else v.format(data=data) for k, v in change.items()}
+    answer = http.post("/v1/datasets", json=body)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["field"] == field and words in error["message"], error
+
+
+def test_a_preparation_is_cancelled_like_any_job(live):
+    client, http, data = live
+    job = http.post("/v1/datasets", json=request(data, "cancelled", priority=0)).json()
+    client.cancel(job["id"])
+    states = [e.state for e in client.follow(job["id"]) if isinstance(e, JobProgress)]
+    assert states[-1] is JobState.CANCELLED
