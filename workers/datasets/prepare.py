@@ -61,13 +61,16 @@ def expand_inputs(patterns: list[str], storage_options: dict | None = None) -> l
 
     found: set[str] = set()
     for pattern in patterns:
-        fs, path = fsspec.core.url_to_fs(pattern, **(storage_options or {}))
-        if any(c in path for c in "*?["):
-            matches = [p for p in fs.glob(path) if fs.isfile(p)]
-        elif fs.isdir(path):
-            matches = [p for p in fs.find(path) if fs.isfile(p)]
-        else:
-            matches = [path] if fs.exists(path) else []
+        try:
+            fs, path = fsspec.core.url_to_fs(pattern, **(storage_options or {}))
+            if any(c in path for c in "*?["):
+                matches = [p for p in fs.glob(path) if fs.isfile(p)]
+            elif fs.isdir(path):
+                matches = [p for p in fs.find(path) if fs.isfile(p)]
+            else:
+                matches = [path] if fs.exists(path) else []
+        except (OSError, ValueError) as e:  # re.error (a bad glob) is a ValueError too
+            raise DataError(pattern, f"cannot list the inputs ({e})") from None
         if not matches:
             raise DataError(pattern, "no input files match")
         for match in matches:
