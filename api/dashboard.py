@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from api.routes import docs, fair_share, series, ui
+from api.series_cache import SeriesCache
 from api.sessions import DashboardSessions
 
 UI_DIR = Path(__file__).resolve().with_name("ui")
@@ -21,6 +22,7 @@ STATIC_URL = "/ui/static"
 def install_dashboard(app: FastAPI, store, settings) -> None:
     app.state.sessions = DashboardSessions(store, settings.resolved_secret(),
                                            app.state.admin_key, settings.session_ttl_s)
+    app.state.series_cache = SeriesCache()
     for module in (series, fair_share, ui, docs):
         app.include_router(module.router)
     app.mount(STATIC_URL, StaticFiles(directory=UI_DIR / "static"), name="ui-static")

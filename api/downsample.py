@@ -3,13 +3,18 @@ stretch's minimum and maximum, so a spike (a loss blow-up, a memory peak)
 survives however long the run.
 
 The series is cut into `points // 2` buckets of consecutive points (sizes
-differ by at most one); each bucket keeps its minimum and its maximum, in
-their own order. A series of at most `points` points is returned as it is.
+differ by at most one: bucket b holds indices b*n//B up to (b+1)*n//B); each
+bucket keeps its minimum and its maximum (the first of equal ones), in their
+own order. A series of at most `points` points is returned as it is.
+Vectorised with numpy: 100,000 points take milliseconds, not a Python loop's
+tenth of a second, and the job page asks every 2 s while a job runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 
 def min_max(xs: Sequence[float], ys: Sequence[float], points: int) -> tuple[list[float], list[float]]:
@@ -23,17 +28,12 @@ def min_max(xs: Sequence[float], ys: Sequence[float], points: int) -> tuple[list
     if n <= points:
         return list(xs), list(ys)
     buckets = points // 2
-    out_x: list[float] = []
-    out_y: list[float] = []
-    for b in range(buckets):
-        start, end = b * n // buckets, (b + 1) * n // buckets
-        low = high = start
-        for i in range(start + 1, end):
-            if ys[i] < ys[low]:
-                low = i
-            elif ys[i] > ys[high]:
-                high = i
-        for i in sorted({low, high}):
-            out_x.append(xs[i])
-            out_y.append(ys[i])
-    return out_x, out_y
+    starts = np.arange(buckets, dtype=np.int64) * n // buckets
+    y = np.asarray(ys, dtype=np.float64)
+    bucket = np.searchsorted(starts, np.arange(n), side="right") - 1
+    # Sorted by (bucket, value), stably: each bucket's first entry is its first minimum;
+    # by (bucket, -value): its first maximum.
+    lows = np.lexsort((y, bucket))[starts]
+    highs = np.lexsort((-y, bucket))[starts]
+    keep = np.unique(np.concatenate([lows, highs]))  # sorted: the points in their order
+    return [xs[i] for i in keep.tolist()], y[keep].tolist()

@@ -140,6 +140,9 @@ def run(args) -> Figure:
         session.post("/ui/session", json={"api_key": KEY}).raise_for_status()
         results["the page itself, `GET /` (signed in)"], _ = timed(session, "/", n)
         session.close()
+        t0 = time.perf_counter()
+        http.get(f"/v1/jobs/{long_id}/series", params={"points": 2000}).raise_for_status()
+        cold_s = time.perf_counter() - t0
         series_s, r = timed(http, f"/v1/jobs/{long_id}/series", max(3, n // 4), points=2000)
         body = r.json()
         per_series = {k: len(v["step"]) for k, v in body["series"].items()}
@@ -160,8 +163,10 @@ def run(args) -> Figure:
     lines += [
         "",
         f"The job page's curves over the job with {rows:,} rows, `GET /v1/jobs/{{id}}/series?points=2000`: "
-        f"p50 {ms(series_s, 50):.0f} ms, max {max(series_s) * 1e3:.0f} ms over {len(series_s)} requests "
-        f"(it reads every row; a finished job's page asks once, a running one every 2 s); points per "
+        f"the first request (it reads the job's metric columns, the database picking the fields out of "
+        f"each row's JSON) {cold_s * 1e3:.0f} ms; later ones (the columns kept, only rows written since "
+        f"read: what a running job's page costs every 2 s) p50 {ms(series_s, 50):.0f} ms, max "
+        f"{max(series_s) * 1e3:.0f} ms over {len(series_s)} requests; points per "
         f"series: {', '.join(f'{k} {v}' for k, v in per_series.items())} (at most 2,000 each, every "
         f"bucket's minimum and maximum kept: the one spike in the loss {'is' if spike_kept else 'is NOT'} "
         "among them).",
@@ -174,7 +179,8 @@ def run(args) -> Figure:
         command=f".venv/bin/python -m bench.ui --jobs {jobs} --rows {rows} --requests {n}",
         body="\n".join(lines) + "\n",
         headline=(f"jobs page over {jobs:,} jobs: p90 <= {worst:.0f} ms; {rows:,}-row curves: "
-                  f"{max(per_series.values())} points/series in {ms(series_s, 50):.0f} ms"),
+                  f"{max(per_series.values())} points/series, {cold_s * 1e3:.0f} ms cold, "
+                  f"{ms(series_s, 50):.0f} ms warm"),
         goals=[Goal(f"jobs page over {jobs:,} jobs <= {GOAL_MS:.0f} ms", f"p90 {worst:.0f} ms",
                     worst <= GOAL_MS),
                Goal("<= 2,000 points per series", f"{max(per_series.values())}",

@@ -352,6 +352,23 @@ class JobStore:
         with self._read() as session:
             return [{**metrics, "step": step} for step, metrics in session.execute(query)]
 
+    def metric_columns(self, job_id: str, numbers: Iterable[str], texts: Iterable[str] = (), *,
+                       since_step: int = 0) -> list[tuple]:
+        """(step, *numbers, *texts) of each of the job's rows from `since_step`
+        on, by step; a value a row lacks is None. The database picks the fields
+        out of each row's JSON (SQLite's json_extract, Postgres' ->>), which
+        is several times faster than loading whole rows: what the dashboard's
+        curves read."""
+        fields = [JobMetrics.metrics[n].as_float() for n in numbers]
+        fields += [JobMetrics.metrics[n].as_string() for n in texts]
+        query = (
+            select(JobMetrics.step, *fields)
+            .where(JobMetrics.job_id == job_id, JobMetrics.step >= since_step)
+            .order_by(JobMetrics.step)
+        )
+        with self._read() as session:
+            return [tuple(row) for row in session.execute(query)]
+
     def append_log(self, job_id: str, lines: Iterable[str]) -> None:
         """Append lines to the job's log (each cut to LOG_LINE_LENGTH characters)."""
         now = utcnow()

@@ -163,6 +163,14 @@ def test_series_counts_every_row_until_it_downsamples(url, store):
     assert cut["marks"] == [{"step": 4001, "kind": "restart"}]
     assert "eval_loss" not in cut["series"]
     assert http.get(f"/v1/jobs/{job.id}/series", params={"points": 1}).status_code == 422
+    # new rows are read as they come; a new attempt's rows replace the old ones
+    store.record_metrics(job.id, 1, [{"step": 5001, "loss": 1.0}])
+    assert http.get(f"/v1/jobs/{job.id}/series").json()["rows"] == 5001
+    store.update_job(job.id, attempt=2)
+    store.record_metrics(job.id, 2, [{"step": 4001, "loss": 0.5, "resumed_from": 4000}])
+    again = http.get(f"/v1/jobs/{job.id}/series", params={"points": 20000}).json()
+    assert again["rows"] == 5001 and again["series"]["loss"]["value"][4000] == 0.5
+    assert again["marks"] == [{"step": 4001, "kind": "resume"}]
 
 
 def test_pages_and_docs_are_served_from_the_package(url):
