@@ -7,6 +7,7 @@ Each name is a module `bench.NAME` with `run(args) -> report.Figure`, and
 TITLES = {
     "overhead": "Engine overhead: Brigade on Ray vs torchrun vs one process",
     "comm": "Communication: bytes per step vs the formulas",
+    "tensor_parallel": "Tensor parallelism: TP bytes per step vs the formula, tp 1 vs tp 2",
     "memory": "Memory: per-rank state vs 16 B/param / N",
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
     "recovery": "Recovery after a rank is killed",
