@@ -1,7 +1,8 @@
 """FSDP x tensor parallelism in Ray rank actors: a tiny Llama at (dp 1, tp 2)
 and (dp 2, tp 2) follows the one-process loss curve, its collectives move
 what the formulas say, and a checkpoint saved at (dp 2, tp 2) resumes at
-(dp 4, tp 1) and (dp 1, tp 2) with the same state and on the same curve.
+(dp 4, tp 1) and (dp 1, tp 2) with the same state and on the same curve;
+HSDP combines, and activation checkpointing recomputes what its formula says.
 
 One group of 4, then one of 2 (the cluster has 4 CPUs); each trains a few
 runs of a model with ~70k parameters."""
@@ -49,11 +50,14 @@ def reference() -> list[float]:
 
 @pytest.fixture(scope="module")
 def four(target) -> dict:
-    """World size 4: (dp 2, tp 2) straight and saved at step 10; then (dp 4, tp 1)
-    loads it (state digests) and resumes."""
+    """World size 4: (dp 2, tp 2) straight, and HSDP x TP on a (replicate 2,
+    shard 1, tp 2) mesh for 5 steps; saved at step 10; then (dp 4, tp 1) loads
+    it (state digests) and resumes."""
     out = {}
     with WorkerGroup(4, tp_size=2) as group:
         out["straight"] = group.train(job(2))
+        hybrid = {"sharding": {"strategy": "hybrid_shard", "shard_group_size": 1}}
+        out["hybrid"] = group.train(job(2) | hybrid, stop_after=5)
         first = group.train(job(2), checkpoint=target, stop_after=SAVED_AT)[0]
         assert first[-1]["checkpoint_step"] == SAVED_AT
         out["saved"] = group.call("state_digests")[0]
@@ -65,10 +69,12 @@ def four(target) -> dict:
 
 @pytest.fixture(scope="module")
 def two(four, target) -> dict:
-    """World size 2: (dp 1, tp 2) straight; then it loads and resumes four's checkpoint."""
+    """World size 2: (dp 1, tp 2) straight, and with activation checkpointing;
+    then it loads and resumes four's checkpoint."""
     out = {}
     with WorkerGroup(2, tp_size=2) as group:
         out["straight"] = group.train(job(2))
+        out["recomputed"] = group.train(job(2) | {"sharding": {"activation_checkpointing": True}})
         assert group.train(job(2), checkpoint=target, stop_after=SAVED_AT) == [[]] * 2
         out["loaded"] = group.call("state_digests")[0]
         out["resumed"] = group.train(job(2), checkpoint=target)[0]
@@ -96,6 +102,25 @@ def test_the_collectives_move_what_the_formulas_say(request, world, dp):
             assert tp_bytes == pytest.approx(tp_theory, rel=0.02)
             assert m["comm_bytes"] == pytest.approx(m["comm_bytes_theory"], rel=0.02)
             assert ("all_gather" in ops) == (dp > 1)  # FSDP gathers only across dp ranks
+
+
+def test_hsdp_combines_with_tp(four, reference):
+    for metrics in four["hybrid"]:
+        assert losses(metrics) == pytest.approx(reference[:5], abs=1e-4)
+        for m in metrics:
+            assert "all_reduce" in m["comm_bytes_by_op"]  # across the replicas
+            assert m["comm_bytes"] == pytest.approx(m["comm_bytes_theory"], rel=0.02)
+
+
+def test_activation_checkpointing_recomputes_what_the_formula_says(two, reference):
+    spec = JobSpec.model_validate(job(2)).model
+    theory = tp_comm_theory_bytes(spec, 2, tokens=8 * spec.seq_len, act_bytes=4,
+                                  activation_checkpointing=True)
+    for metrics in two["recomputed"]:
+        assert losses(metrics) == pytest.approx(reference, abs=1e-4)
+        for m in metrics:
+            tp_bytes = sum(v for op, v in m["comm_bytes_by_op"].items() if op.startswith("tp_"))
+            assert tp_bytes == pytest.approx(theory, rel=0.02)
 
 
 def test_a_dp2_tp2_checkpoint_loads_at_dp4_tp1_and_dp1_tp2_bitwise(four, two):
