@@ -181,6 +181,18 @@ def live_node_count() -> int:
         return 1
 
 
+def ray_unready() -> str | None:
+    """Why the control plane cannot use Ray now, or None: not connected, the
+    cluster does not answer, or it has no live node."""
+    if not ray.is_initialized():
+        return "not connected to Ray"
+    try:
+        alive = sum(1 for node in ray.nodes() if node["Alive"])
+    except Exception as e:
+        return f"Ray does not answer: {type(e).__name__}: {e}"
+    return None if alive else "the Ray cluster has no live node"
+
+
 def never_fits(workers: int, cpu: float, gpu: float, placement: str) -> str:
     """Why `workers` ranks of (cpu, gpu) each could never be placed on the
     live nodes under `placement`, however long they waited ("" if they could)."""

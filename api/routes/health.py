@@ -1,4 +1,4 @@
-"""Liveness and Prometheus metrics; neither needs a key (no tenant's data)."""
+"""Liveness, readiness and Prometheus metrics; none needs a key (no tenant's data)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from api.deps import StoreDep, SupervisorDep
-from api.schemas import HealthPublic
+from api.errors import ApiError
+from api.schemas import ErrorPublic, HealthPublic
+from service.readiness import readiness_problems
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"
 router = APIRouter(tags=["health"])
@@ -14,7 +16,17 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz")
 def healthz() -> HealthPublic:
+    """The process answers (liveness): nothing else is checked."""
     return HealthPublic(status="ok")
+
+
+@router.get("/readyz", responses={503: {"model": ErrorPublic, "description": "not ready, and why"}})
+def readyz(store: StoreDep) -> HealthPublic:
+    """Ready to serve: the job store and Ray both answer (503 naming what does not)."""
+    problems = readiness_problems(store)
+    if problems:
+        raise ApiError(503, "not ready: " + "; ".join(problems))
+    return HealthPublic(status="ready")
 
 
 @router.get("/metrics", response_class=PlainTextResponse,

@@ -88,6 +88,11 @@ class JobStore:
     def dialect(self) -> str:
         return self._reader.dialect.name
 
+    def ping(self) -> None:
+        """A round trip to the database (raises what the driver raises)."""
+        with self._read() as session:
+            session.execute(select(1))
+
     def migrate(self) -> None:
         """Bring the schema to the newest revision (a no-op when it is there)."""
         with self._writer.begin() as connection:

@@ -391,7 +391,7 @@ def test_brigade_deployment_is_a_single_recreated_replica_pointing_at_the_head()
     routes = "".join(p.read_text() for p in (ROOT / "api" / "routes").glob("*.py"))
     for probe in ("readinessProbe", "livenessProbe"):
         path = container[probe]["httpGet"]["path"]
-        assert f'.get("{path}")' in routes, f"{probe}: no route {path} in api/routes"
+        assert f'.get("{path}"' in routes, f"{probe}: no route {path} in api/routes"
     security = deployment["spec"]["template"]["spec"]["securityContext"]
     assert security["runAsNonRoot"] is True
 

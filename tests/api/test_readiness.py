@@ -1,0 +1,41 @@
+"""/readyz over real HTTP: ready while the store and Ray answer; 503 naming
+the store when its database cannot be reached; Ray not connected, and a
+check that does not answer in time, said in words."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from service.readiness import _within
+from service.store import JobStore
+
+
+def test_ready_while_the_store_and_ray_answer(http):
+    response = http.get("/readyz", headers={"Authorization": ""})  # no key needed
+    assert response.status_code == 200 and response.json() == {"status": "ready"}
+
+
+def test_not_ready_while_the_store_cannot_be_reached(http, supervisor, monkeypatch, tmp_path):
+    gone = JobStore("postgresql+psycopg://brigade@127.0.0.1:1/brigade")  # nothing listens there
+    monkeypatch.setattr(supervisor, "store", gone)
+    response = http.get("/readyz")
+    assert response.status_code == 503
+    message = response.json()["error"]["message"]
+    assert message.startswith("not ready: the job store does not answer: OperationalError"), message
+    assert http.get("/healthz").status_code == 200  # alive all the same
+    gone.dispose()
+
+
+def test_ray_not_connected_is_said_in_words():
+    code = "from service.ray_cluster import ray_unready; print(ray_unready())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "not connected to Ray", out.stderr
+
+
+def test_a_check_that_does_not_answer_in_time():
+    started = time.monotonic()
+    assert _within(0.1, "Ray", lambda: time.sleep(2)) == "Ray did not answer within 0.1 s"
+    assert time.monotonic() - started < 1
+    assert _within(1, "Ray", lambda: None) is None
