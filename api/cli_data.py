@@ -8,8 +8,9 @@
 
 Both read and write through fsspec (file://, s3://, ...; `--storage-options`
 takes fsspec options as JSON). `prepare` runs on a Ray cluster directly (like
-`brigade train`: `--ray-address`, or a local one), not through the service.
-Neither imports torch; `prepare` imports ray when it runs.
+`brigade train`: `--ray-address`, or a local one); with `--service` it is
+queued as a job of the service instead (`POST /v1/datasets`; `-f` follows it).
+Neither imports torch; `prepare` imports ray when it runs on Ray.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Annotated
 
 import typer
 
+from api.cli_jobs import Key, Url, _client, _end_with, _follow_with_progress
+
 data = typer.Typer(no_args_is_help=True, help="Token datasets: look at one, prepare one on Ray.")
 
 Options = Annotated[str | None, typer.Option(
-    "--storage-options", envvar="BRIGADE_STORAGE_OPTIONS",
+    "--storage-options", envvar="BRIGADE_DATA_STORAGE_OPTIONS",
     help='fsspec options as JSON, e.g. {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}')]
 
 
@@ -86,6 +89,13 @@ def prepare(
     tokens_per_shard: Annotated[int, typer.Option(min=1)] = 1 << 24,
     ray_address: Annotated[str | None, typer.Option(envvar="BRIGADE_RAY_ADDRESS")] = None,
     storage_options: Options = None,
+    service: Annotated[bool, typer.Option(
+        "--service", help="queue it as a job of the service (POST /v1/datasets) instead; "
+                          "prints its id")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="with --service: follow it")] = False,
+    priority: Annotated[int, typer.Option(min=0, help="with --service")] = 0,
+    url: Url = None,
+    key: Key = None,
 ) -> None:
     """Tokenize files into a token dataset on Ray: shards, the tokenizer, the index last."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -95,6 +105,16 @@ def prepare(
 
     if train_tokenizer == (tokenizer is not None) or train_tokenizer != (vocab_size is not None):
         raise typer.BadParameter("give --tokenizer T, or --train-tokenizer with --vocab-size N")
+    if service:
+        request = {"inputs": input, "output": output, "tokenizer": tokenizer,
+                   "train_vocab_size": vocab_size, "field": field, "workers": workers,
+                   "priority": priority, "tokens_per_shard": tokens_per_shard}
+        with _client(url, key) as client:
+            job = client.prepare_dataset(request)
+            typer.echo(job.id)
+            if follow:
+                _end_with(_follow_with_progress(client, job.id), job.id)
+        return
     options = _options(storage_options)
     _connect(ray_address)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -116,6 +116,13 @@ class BrigadeClient:
         headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
         return self._call(JobPublic, "POST", "/v1/jobs", json=body, headers=headers, idempotent=True)
 
+    def prepare_dataset(self, request: dict, idempotency_key: str | None = None) -> JobPublic:
+        """Queue a dataset's preparation (`POST /v1/datasets`: inputs, output,
+        tokenizer or train_vocab_size, ...): a job of kind 'prepare'."""
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        return self._call(JobPublic, "POST", "/v1/datasets", json=request, headers=headers,
+                          idempotent=True)
+
     def jobs(self, state: str | JobState | Iterable[str | JobState] | None = None,
              limit: int = 50, offset: int = 0, tenant: str | None = None) -> JobsPublic:
         """A page of jobs, newest first; the admin sees every tenant's (or `tenant`'s)."""

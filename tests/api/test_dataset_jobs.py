@@ -34,7 +34,7 @@ def live(tmp_path_factory, ray_cluster):
         with LiveServer(create_app(supervisor)) as server, BrigadeClient(server.url, ADMIN_KEY) as client, \
                 httpx.Client(base_url=server.url, timeout=30,
                              headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
-            yield client, http, data
+            yield client, http, data, server.url
     finally:
         supervisor.stop()
 
@@ -50,7 +50,7 @@ def files_of(uri: str) -> dict[str, bytes]:
 
 
 def test_a_preparation_runs_as_a_job_and_writes_the_same_bytes(live, tmp_path):
-    client, http, data = live
+    client, http, data, _ = live
     answer = http.post("/v1/datasets", json=request(data, "corpus"))
     assert answer.status_code == 201, answer.text
     job = answer.json()
@@ -77,7 +77,7 @@ def test_a_preparation_runs_as_a_job_and_writes_the_same_bytes(live, tmp_path):
     ({"output": "file:///tmp/elsewhere"}, "prepare.output", "data prefix"),
 ])
 def test_what_cannot_be_prepared_is_422_naming_the_field(live, change, field, words):
-    _, http, data = live
+    _, http, data, _ = live
     body = request(data, "never") | {k: [x.format(data=data) for x in v] if isinstance(v, list)
                                      else v.format(data=data) for k, v in change.items()}
     answer = http.post("/v1/datasets", json=body)
@@ -87,8 +87,38 @@ def test_what_cannot_be_prepared_is_422_naming_the_field(live, change, field, wo
 
 
 def test_a_preparation_is_cancelled_like_any_job(live):
-    client, http, data = live
-    job = http.post("/v1/datasets", json=request(data, "cancelled", priority=0)).json()
-    client.cancel(job["id"])
+    import time
+
+    from api.client import BrigadeError
+
+    client, http, data, _ = live
+    write_inputs(f"{data}/big", files=6, docs_per_file=4000)  # long enough to be caught running
+    body = request(data, "cancelled") | {"inputs": [f"{data}/big/*"]}
+    job = http.post("/v1/datasets", json=body).json()
+    while True:  # a STARTING job cannot be cancelled (409): ask again once it runs
+        try:
+            client.cancel(job["id"])
+            break
+        except BrigadeError as e:
+            assert e.status == 409, e
+            time.sleep(0.05)
     states = [e.state for e in client.follow(job["id"]) if isinstance(e, JobProgress)]
     assert states[-1] is JobState.CANCELLED
+    fs, root = fsspec.core.url_to_fs(f"{data}/cancelled")
+    assert not fs.exists(f"{root}/index.json")  # a half-written dataset has no index
+
+
+def test_the_cli_queues_a_preparation_and_follows_it(live):
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    client, _, data, url = live
+    result = CliRunner().invoke(app, [
+        "data", "prepare", "--service", "-f", "--input", f"{data}/raw/*.jsonl",
+        "--output", f"{data}/from-cli", "--tokenizer", f"{data}/tokenizer.json", "--workers", "1",
+        "--url", url, "--key", ADMIN_KEY])
+    assert result.exit_code == 0, result.output
+    job_id = result.output.split()[0]
+    assert client.get(job_id).spec.kind == "prepare" and client.get(job_id).state is JobState.SUCCEEDED
+    assert "index.json" in files_of(f"{data}/from-cli")
