@@ -255,10 +255,12 @@ class WorkerGroup:
         """Refuse at once what no amount of waiting can place."""
         nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
         check_capacity(nodes, self.num_workers, self.bundle, self.placement_strategy)
+        self._gang = gang_bundles(self.num_workers, self.bundle, self.tp_size, nodes)
 
     def _reserve(self) -> None:
+        assert self._gang is not None, "start() checks the capacity before it reserves"
         self._pg = placement_group(
-            [self.bundle for _ in range(self.num_workers)],
+            self._gang.bundles,
             strategy=self.placement_strategy,
             name=f"{self.name_prefix}-pg" if self.name_prefix else "",
             lifetime="detached" if self.detached else None,
