@@ -14,6 +14,7 @@ import pytest
 from tests.api.conftest import ADMIN_KEY
 
 VALID = {"model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
+LLAMA = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 4}
 
 
 def spec(path: str | None = None, value=None, drop: str | None = None, **top) -> dict:
@@ -66,6 +67,13 @@ MALFORMED = [
     ("dtype-unknown", spec("sharding.param_dtype", "int8"), "sharding.param_dtype"),
     ("sharding-not-object", spec(sharding="full"), "sharding"),
     ("compression-unknown", spec("sharding.grad_compression", "int4"), "sharding.grad_compression"),
+    ("tp-zero", spec("parallelism.tp", 0), "parallelism.tp"),
+    ("tp-without-a-plan", spec(workers=2, parallelism={"tp": 2}), "parallelism.tp: parallelism.tp > 1 "
+     "needs a model family with a tensor-parallel plan"),
+    ("tp-not-dividing-heads", spec(workers=3, model=LLAMA, parallelism={"tp": 3}),
+     "parallelism.tp (3) must divide model.n_heads (4)"),
+    ("tp-world-not-a-multiple", spec(workers=3, model=LLAMA, parallelism={"tp": 2}),
+     "the world size (3) must be a multiple of parallelism.tp (2)"),
     ("compression-no-shard", spec(sharding={"strategy": "no_shard", "grad_compression": "int8"}),
      "sharding.grad_compression"),
     ("error-feedback-engine-only", spec("sharding.grad_error_feedback", False),
