@@ -368,6 +368,7 @@ class Supervisor:
         """422 where the model's sharded state per rank cannot fit one worker's
         memory at one of these sizes (service/scheduling/memory_fit.py)."""
         res = spec.resources_per_worker
+        worker: float | None
         if res.memory_gb is not None:
             worker, source, field = res.memory_gb * GB, "resources_per_worker.memory_gb", \
                 "resources_per_worker.memory_gb"

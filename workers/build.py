@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -130,7 +130,7 @@ def weight_source(job: JobSpec) -> WeightSource:
 
 @dataclass
 class ShardedModel:
-    model: nn.Module
+    model: Any  # the nn.Module, its root an FSDPModule too (set_requires_gradient_sync, ...)
     units: list[FSDPModule]  # in forward order, the root last (workers/sharding.py)
     num_params: int  # of the full model (a tied parameter once)
 
