@@ -29,7 +29,7 @@ before it uses the parameters.
 
 from __future__ import annotations
 
-from typing import TypedDict, get_args
+from typing import TypedDict, cast, get_args
 
 import torch
 from torch import nn
@@ -42,6 +42,7 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
+from workers.models import Decoder
 from workers.spec import Dtype, ShardingSpec
 
 # The spec's dtype names are torch's own: the allowed values stay written once.
@@ -69,8 +70,9 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
         checkpoint_wrapper,
     )
 
-    for i, block in enumerate(model.blocks):
-        model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    blocks = cast(Decoder, model).blocks
+    for i, block in enumerate(blocks):
+        blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
 def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPModule]:
@@ -87,9 +89,10 @@ def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[F
     if cfg.cpu_offload:
         # pin_memory() needs a GPU; on CPU-only machines offload must not pin.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    decoder = cast(Decoder, model)
     # fully_shard returns the module(s) it was given, now FSDP modules.
-    units: list[FSDPModule] = [] if model.tied else [fully_shard(model.embedding, **kwargs)]
-    blocks = list(model.blocks)
+    units: list[FSDPModule] = [] if decoder.tied else [fully_shard(decoder.embedding, **kwargs)]
+    blocks = list(decoder.blocks)
     k = cfg.blocks_per_unit
     for start in range(0, len(blocks), k):
         group = blocks[start : start + k]
@@ -97,8 +100,8 @@ def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[F
             units.append(fully_shard(group, **kwargs)[0])
         else:
             units.append(fully_shard(group[0], **kwargs))
-    if not model.tied:
-        units.append(fully_shard(model.head, **kwargs))
+    if not decoder.tied:
+        units.append(fully_shard(decoder.head, **kwargs))
     units.append(fully_shard(model, **kwargs))
     return units
 

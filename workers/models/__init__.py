@@ -6,10 +6,27 @@ Every family exposes the engine's view of a decoder (workers/sharding.py):
 embedding's weight).
 """
 
+from typing import Protocol
+
+from torch import nn
+
 from workers.models.gpt import GPT, Block
 from workers.models.llama import Llama
 
-__all__ = ["GPT", "Block", "Llama", "build_model"]
+__all__ = ["GPT", "Block", "Decoder", "Llama", "build_model"]
+
+
+class Decoder(Protocol):
+    """The engine's view of a model of any family (what sharding reads)."""
+
+    @property
+    def embedding(self) -> nn.Module: ...
+    @property
+    def blocks(self) -> nn.ModuleList: ...
+    @property
+    def head(self) -> nn.Module: ...
+    @property
+    def tied(self) -> bool: ...
 
 
 def build_model(cfg):
