@@ -10,6 +10,7 @@ TITLES = {
     "tensor_parallel": "Tensor parallelism: TP bytes per step vs the formula, tp 1 vs tp 2",
     "memory": "Memory: per-rank state vs 16 B/param / N",
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
+    "hf_io": "Hugging Face weights: import and export vs raw I/O",
     "recovery": "Recovery after a rank is killed",
     "api": "API latency at 100 concurrent clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",

@@ -2,7 +2,8 @@
 
 `export_checkpoint(request)` runs in one process (a Ray task the control
 plane starts, `service.ray_cluster.run_export`): it verifies the step's
-files against its manifest, writes each safetensors file's header from the
+files against its manifest (DCP's metadata first, the shards on a thread
+while the export is written; it commits only if they pass), writes each safetensors file's header from the
 DCP metadata's shapes (no tensor read yet), then loads one full tensor at a
 time from the DCP shards (`dcp.load` of that one key, no process group),
 converts it to the export's dtype and streams its bytes out; then
@@ -21,9 +22,10 @@ import json
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from checkpoints import CheckpointTarget, FileEntry
+from checkpoints import CheckpointTarget, FileEntry, layout
 from checkpoints.errors import CheckpointInvalid
 from checkpoints.exports import export_id
 from checkpoints.safetensors_io import (
@@ -66,9 +68,13 @@ def export_checkpoint(request: dict[str, Any],
     config = hf_config(model, dtype)  # refuses a model with no HF architecture, before any I/O
     store, exports = target.open_store(), target.open_exports()
     manifest = store.read_manifest(step)
-    reasons = store.verify_files(manifest)
-    if reasons:
-        raise CheckpointInvalid("; ".join(reasons))
+    # DCP's metadata is a pickle: verified before it is read. The shards are
+    # verified meanwhile, on a thread, and the export commits only if they pass.
+    _verified(store.verify_files(manifest, [layout.DCP_METADATA_NAME]))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="export-verify")
+    shards_verified = pool.submit(store.verify_files, manifest,
+                                  sorted(set(manifest.files) - {layout.DCP_METADATA_NAME}))
+    pool.shutdown(wait=False)
     step_uri = store.step_uri(step)
     metadata = FsspecReader(step_uri, **target.storage_options).read_metadata()
     entries, dcp_dtypes = [], {}
@@ -110,6 +116,7 @@ def export_checkpoint(request: dict[str, Any],
         for file_name, data in small.items():
             exports.fs.pipe_file(f"{directory}/{file_name}", data)
             files[file_name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        _verified(shards_verified.result())
         exports.commit(ident, world_size=manifest.world_size, files=files,
                        extra={"architecture": config["architectures"][0],
                               "checkpoint_step": step})
@@ -119,6 +126,11 @@ def export_checkpoint(request: dict[str, Any],
     total = sum(e.size for e in files.values())
     return {"id": ident, "step": step, "dtype": dtype, "bytes": total,
             "seconds": time.perf_counter() - started}
+
+
+def _verified(reasons: list[str]) -> None:
+    if reasons:
+        raise CheckpointInvalid("; ".join(reasons))
 
 
 def _raw_bytes(tensor: Any) -> memoryview:

@@ -79,6 +79,10 @@ class HuggingFaceWeights:
                 box, local = local_box(param)
                 if local.numel() == 0:
                     continue
+                if TORCH_DTYPES[info.dtype] == local.dtype and local.is_contiguous() \
+                        and local.device.type == "cpu":  # straight into the shard's memory
+                    self.reader.read_box_into(key, box, _bytes_of(local))
+                    continue
                 data = self.reader.read_box(key, box)
                 with warnings.catch_warnings():  # read-only bytes: copied out at once below
                     warnings.simplefilter("ignore", UserWarning)
@@ -121,3 +125,11 @@ def initialise(trainer: Trainer, init: InitSpec, target: CheckpointTarget | None
                                     "service's checkpoint storage (a checkpoint target)")
     step = load_job_weights(trainer, init, target.of_job(init.job))
     return f"weights from job {init.job} step {step}"
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """A contiguous CPU tensor's memory, writable (numpy has no bf16: viewed as int16)."""
+    flat = tensor.detach()
+    if flat.dtype == torch.bfloat16:
+        flat = flat.view(torch.int16)
+    return memoryview(flat.numpy()).cast("B")
