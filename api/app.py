@@ -11,7 +11,7 @@ from api.body_limit import BodySizeLimit
 from api.dashboard import install_dashboard
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
-from api.routes import cluster, health, jobs, logs, tenants, usage
+from api.routes import audit, cluster, health, jobs, logs, tenants, usage
 from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
 
@@ -25,7 +25,7 @@ def create_app(supervisor) -> FastAPI:
     app.state.supervisor = supervisor
     app.state.admin_key = settings.resolved_admin_key()
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
-    for module in (jobs, logs, tenants, cluster, usage, health):
+    for module in (jobs, logs, tenants, audit, cluster, usage, health):
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.routes.exports
     app.include_router(datasets_router)  # a dataset's preparation, as a job: api.routes.datasets

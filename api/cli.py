@@ -18,6 +18,8 @@
                                         save a profile (the CLI and BrigadeClient() read it)
     brigade tenants create|list|get|update|delete|rotate-key
                                         tenants and their API keys (the admin key)
+    brigade audit [--tenant --action --target --since]
+                                        who did what, when, from where (the admin key)
     brigade train job.yaml -n 2         run one engine config straight on Ray,
                                         without the service (a developer's tool)
 
@@ -36,6 +38,7 @@ from typing import Annotated, Any
 
 import typer
 
+from api.cli_audit import audit
 from api.cli_data import data
 from api.cli_exports import export
 from api.cli_jobs import PROFILE, register_job_commands
@@ -47,6 +50,7 @@ app = typer.Typer(no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
 register_job_commands(app)
 app.command()(export)
 register_service_commands(app)
+app.command()(audit)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
 app.add_typer(data, name="data")

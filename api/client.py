@@ -25,6 +25,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from pydantic import TypeAdapter
 
 from api.profiles import DEFAULT_URL, resolve
 from api.schemas import (
+    AuditPublic,
     CheckpointPublic,
     ClusterPublic,
     EventPublic,
@@ -288,6 +290,18 @@ class BrigadeClient:
     def rotate_key(self, tenant_id: str) -> TenantKey:
         """A new API key for the tenant; its old one stops working now."""
         return self._call(TenantKey, "POST", f"/v1/tenants/{tenant_id}/keys")
+
+    def audit(self, tenant: str | None = None, action: str | None = None,
+              target: str | None = None, since: datetime | str | None = None,
+              limit: int = 50, offset: int = 0) -> AuditPublic:
+        """A page of the audit trail, newest first (the admin key only): by or
+        concerning `tenant`, of `action` (a prefix if it ends with '.'), on
+        `target`, from `since` on (a naive time is taken as UTC)."""
+        if isinstance(since, datetime):
+            since = (since if since.tzinfo else since.replace(tzinfo=UTC)).isoformat()
+        params = _given(tenant=tenant, action=action, target=target, since=since)
+        return self._call(AuditPublic, "GET", "/v1/audit",
+                          params={**params, "limit": limit, "offset": offset})
 
     # The service
 

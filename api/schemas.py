@@ -319,3 +319,25 @@ class SessionCreate(BaseModel):
 class SessionPublic(BaseModel):
     tenant: str
     expires_in_s: float
+
+
+class AuditEventPublic(_Public):
+    """One action of the audit trail: who (a tenant's name, or "admin"), when,
+    what (`action` on `target`, `detail`), concerning which tenant, from where."""
+
+    id: int
+    time: datetime
+    actor: str
+    tenant: str | None = None
+    action: str
+    target: str | None = None
+    detail: dict = Field(default_factory=dict)
+    client: str | None = None
+
+
+class AuditPublic(BaseModel):
+    items: list[AuditEventPublic]  # newest first
+    total: int
+    limit: int
+    offset: int
+

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.audit import Audit
 from api.deps import CurrentTenant, SupervisorDep
 from api.routes.jobs import ERRORS
 from api.schemas import JobPublic
@@ -46,6 +47,7 @@ def prepare_dataset(
     tenant: CurrentTenant,
     supervisor: SupervisorDep,
     response: Response,
+    audit: Audit,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
     ] = None,
@@ -57,6 +59,9 @@ def prepare_dataset(
     spec = prepare_job_spec(tenant=tenant, root=supervisor.settings.resolved_data_uri_root,
                             **request.model_dump())
     job, created = supervisor.submit(tenant, spec, idempotency_key)
-    if not created:
+    if created:
+        audit("job.submit", target=job.id, tenant=job.tenant, name=job.name, kind="prepare",
+              output=request.output)
+    else:
         response.status_code = 200
     return JobPublic.model_validate(job)

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Path
 from fastapi.responses import StreamingResponse
 
+from api.audit import Audit
 from api.deps import CurrentTenant, OwnedJob, SupervisorDep
 from api.errors import ApiError, not_found
 from api.routes.jobs import ERRORS
@@ -25,6 +26,7 @@ def create_export(
     job: OwnedJob,
     tenant: CurrentTenant,
     supervisor: SupervisorDep,
+    audit: Audit,
     body: Annotated[ExportCreate | None, Body()] = None,
 ) -> ExportStartedPublic:
     """Write a Hugging Face-format model of a committed step (default: the
@@ -37,7 +39,10 @@ def create_export(
         started = supervisor.exports.start(job, asked.step, asked.dtype, by=by)
     except ExportRefused as e:
         raise ApiError(e.status, str(e), e.field) from None
-    return ExportStartedPublic.model_validate(started)
+    public = ExportStartedPublic.model_validate(started)
+    audit("job.export", target=job.id, tenant=job.tenant, export=public.id, step=public.step,
+          dtype=public.dtype)
+    return public
 
 
 @router.get("/{job_id}/exports")

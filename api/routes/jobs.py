@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Response
 
+from api.audit import Audit
 from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep
 from api.errors import ApiError
 from api.schemas import (
@@ -43,6 +44,7 @@ def submit_job(
     tenant: CurrentTenant,
     supervisor: SupervisorDep,
     response: Response,
+    audit: Audit,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
     ] = None,
@@ -54,7 +56,10 @@ def submit_job(
     refused (403); a tenant with `max_queued_jobs` jobs queued gets 429 and
     `Retry-After`."""
     job, created = supervisor.submit(tenant, spec, idempotency_key)
-    if not created:
+    if created:
+        audit("job.submit", target=job.id, tenant=job.tenant, name=job.name,
+              workers=job.stored_spec.get("workers"), priority=job.priority)
+    else:
         response.status_code = 200
     return JobPublic.model_validate(job)
 
@@ -86,22 +91,30 @@ def get_job(job: OwnedJob, supervisor: SupervisorDep) -> JobPublic:
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> JobPublic:
-    return JobPublic.model_validate(supervisor.cancel(tenant, job.id))
+def cancel_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep,
+               audit: Audit) -> JobPublic:
+    cancelled = supervisor.cancel(tenant, job.id)
+    audit("job.cancel", target=job.id, tenant=job.tenant, state=cancelled.state.value)
+    return JobPublic.model_validate(cancelled)
 
 
 @router.delete("/{job_id}", status_code=204, response_class=Response)
-def delete_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> Response:
+def delete_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep,
+               audit: Audit) -> Response:
     """Remove a finished job with its history, checkpoints and exports (409
     while it is unfinished: cancel it first)."""
     supervisor.delete(tenant, job.id)
+    audit("job.delete", target=job.id, tenant=job.tenant, name=job.name, state=job.state.value)
     return Response(status_code=204)
 
 
 @router.post("/{job_id}/suspend")
-def suspend_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> JobPublic:
+def suspend_job(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep,
+                audit: Audit) -> JobPublic:
     """Checkpoint, then stop; the job waits in SUSPENDED until resumed."""
-    return JobPublic.model_validate(supervisor.suspend(tenant, job.id))
+    suspended = supervisor.suspend(tenant, job.id)
+    audit("job.suspend", target=job.id, tenant=job.tenant, step=suspended.step)
+    return JobPublic.model_validate(suspended)
 
 
 @router.post("/{job_id}/resume")
@@ -109,12 +122,15 @@ def resume_job(
     job: OwnedJob,
     tenant: CurrentTenant,
     supervisor: SupervisorDep,
+    audit: Audit,
     body: Annotated[ResumeRequest | None, Body()] = None,
 ) -> JobPublic:
     """Queue a suspended job again, from its latest checkpoint; optionally at
     another world size (`{"workers": N}`)."""
     workers = body.workers if body else None
-    return JobPublic.model_validate(supervisor.resume(tenant, job.id, workers))
+    resumed = supervisor.resume(tenant, job.id, workers)
+    audit("job.resume", target=job.id, tenant=job.tenant, workers=workers)
+    return JobPublic.model_validate(resumed)
 
 
 @router.get("/{job_id}/events")

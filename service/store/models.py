@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from service.states import JobState
-from service.store.records import EventRecord, JobRecord, LogRecord, TenantRecord
+from service.store.records import AuditRecord, EventRecord, JobRecord, LogRecord, TenantRecord
 
 ID_LENGTH = 32
 TENANT_LENGTH = 128
@@ -34,6 +34,9 @@ LOG_LINE_LENGTH = 4096
 TENANT_NAME_LENGTH = 63
 KEY_ID_LENGTH = 16
 KEY_HASH_LENGTH = 64  # sha256, hex
+AUDIT_ACTION_LENGTH = 32
+AUDIT_TARGET_LENGTH = 128
+AUDIT_CLIENT_LENGTH = 64  # an IPv6 address and a port fit
 
 # Row ids that may grow past 2**31 over a service's life; SQLite only
 # autoincrements an INTEGER primary key (its rowid).
@@ -215,3 +218,26 @@ class DashboardSession(Base):
     key_ref: Mapped[str] = mapped_column(String(KEY_HASH_LENGTH))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class AuditEvent(Base):
+    """One action of the audit trail (`service.store.audit`): who, when,
+    what, on which target, from which client address. Only ever added."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index(None, "time"), Index(None, "actor"), Index(None, "tenant"),
+                      Index(None, "action"), Index(None, "target"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(TENANT_LENGTH))
+    tenant: Mapped[str | None] = mapped_column(String(TENANT_LENGTH), nullable=True)
+    action: Mapped[str] = mapped_column(String(AUDIT_ACTION_LENGTH))
+    target: Mapped[str | None] = mapped_column(String(AUDIT_TARGET_LENGTH), nullable=True)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+    client: Mapped[str | None] = mapped_column(String(AUDIT_CLIENT_LENGTH), nullable=True)
+
+    def to_record(self) -> AuditRecord:
+        return AuditRecord(id=self.id, time=self.time, actor=self.actor, tenant=self.tenant,
+                           action=self.action, target=self.target, detail=dict(self.detail),
+                           client=self.client)

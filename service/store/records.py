@@ -96,3 +96,17 @@ class TenantRecord:
     weight: float
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One row of the audit trail (`service.store.audit`)."""
+
+    id: int
+    time: datetime
+    actor: str  # the tenant whose key (or session) did it, or "admin"
+    tenant: str | None  # the tenant the action concerns (a job's owner, the tenant changed)
+    action: str  # job.submit, job.cancel, ..., tenant.create, tenant.rotate_key, ...
+    target: str | None  # the job's or the tenant's id
+    detail: dict[str, Any]
+    client: str | None  # the client's address as the API saw it

@@ -28,6 +28,7 @@ from checkpoints.manifest import finite
 from service.log_text import printable
 from service.scheduling import Demand, QuotaPolicy
 from service.states import ACTIVE, TERMINAL, JobState, check_transition
+from service.store.audit import AuditStore
 from service.store.engine import build_engines, normalize_url, transaction
 from service.store.errors import (
     ConcurrentUpdate,
@@ -83,6 +84,7 @@ class JobStore:
         self._reader, self._writer = build_engines(self.url)
         self.tenants = TenantStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
+        self.audit = AuditStore(self._reader, self._writer)
 
     @property
     def dialect(self) -> str:
