@@ -122,3 +122,36 @@ def test_the_cli_queues_a_preparation_and_follows_it(live):
     job_id = result.output.split()[0]
     assert client.get(job_id).spec.kind == "prepare" and client.get(job_id).state is JobState.SUCCEEDED
     assert "index.json" in files_of(f"{data}/from-cli")
+
+
+def test_a_token_past_the_vocabulary_fails_the_job_naming_the_shard_without_restarts(live, tmp_path):
+    """What only the ranks can see (every id is checked as it is read, not
+    at submit) fails the job at once: FAILED, the file named, no restart spent."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    client, _, data, _ = live
+    uri = f"{data}/bad-ids"
+    prepare([f"{data}/raw/*"], uri, tokenizer=f"{data}/tokenizer.json", workers=0)
+    directory = uri.removeprefix("file://")
+    index = json.loads(open(f"{directory}/index.json").read())
+    for shard in index["shards"]:  # sizes and checksums still match: the submit passes
+        path = f"{directory}/{shard['file']}"
+        blob = np.full(shard["tokens"], 9999, dtype="<u2").tobytes()
+        open(path, "wb").write(blob)
+        shard["sha256"] = hashlib.sha256(blob).hexdigest()
+    open(f"{directory}/index.json", "w").write(json.dumps(index))
+    job = client.submit({"name": "bad-ids", "workers": 1, "max_restarts": 3,
+                         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16,
+                                   "vocab_size": 512},
+                         "data": {"source": "tokens", "uri": uri}, "train": {"steps": 3}})
+    states = [e.state for e in client.follow(job.id) if isinstance(e, JobProgress)]
+    done = client.get(job.id)
+    assert states[-1] is JobState.FAILED and done.restarts == 0, done
+    import re
+
+    assert re.search(r"bad-ids/shard-\d{5}-\d{3}\.bin: token id 9999 at token \d+ is >= the "
+                     r"vocabulary size", done.error), done.error
+    assert "not restarted" in done.error
