@@ -22,6 +22,8 @@
                                         who did what, when, from where (the admin key)
     brigade train job.yaml -n 2         run one engine config straight on Ray,
                                         without the service (a developer's tool)
+    brigade data show|prepare           a token dataset's samples, decoded; tokenize files
+                                        into one on Ray (--service: as a job)
 
 Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY), else
 the profile's (`brigade --profile NAME`, BRIGADE_PROFILE, else the default
