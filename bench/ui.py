@@ -218,14 +218,14 @@ def screenshots(server: BrigadeServer, ui_dir: Path) -> list[Path]:
     d = browser.driver
     from selenium.webdriver.common.by import By
 
-    def shot(name: str, path: str, ready: str, settle_s: float = 2.5) -> None:
+    def shot(name: str, path: str, ready: str, settle_s: float = 2.5, full_page: bool = True) -> None:
         d.get(server.url + path)
         deadline = time.monotonic() + 30
         while not d.find_elements(By.CSS_SELECTOR, ready) and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(settle_s)
         out = ui_dir / f"{name}.png"
-        browser.screenshot(out)
+        browser.screenshot(out, full_page=full_page)
         shots.append(out)
         browser.resize(1280, 900)
 
@@ -247,8 +247,8 @@ def screenshots(server: BrigadeServer, ui_dir: Path) -> list[Path]:
         browser.resize(1280, 900)
         shot("cluster", "/cluster", "#shares tbody tr", 3)
         shot("tenants", "/tenants", "#tenants tbody tr[data-tenant]", 1)
-        shot("docs", "/docs", ".swagger-ui .info", 1.5)
-        shot("redoc", "/redoc", ".menu-content", 2)
+        shot("docs", "/docs", ".swagger-ui .info", 1.5, full_page=False)
+        shot("redoc", "/redoc", ".menu-content", 2, full_page=False)
         browser.resize(390, 844)
         for name, path in (("jobs-phone", "/"), ("job-phone", f"/jobs/{live['id']}")):
             d.get(server.url + path)

@@ -98,7 +98,7 @@ document.addEventListener("DOMContentLoaded", () => {
         el("td", {class: "files"}, Object.entries(x.files).map(([name, f]) => el("a", {
           href: `${base}/exports/${encodeURIComponent(x.id)}/files/${encodeURIComponent(name)}`,
           download: name, title: `sha256 ${f.sha256}`}, `${name} (${bytes(f.size)})`))))),
-      "No export yet: one is made when the job succeeds.", 5);
+      "No committed export yet.", 5);
     }
   }
 

@@ -37,7 +37,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const rows = page.items.map((job) => el("tr", {"data-job-id": job.id},
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
         el("div", {class: "muted mono small"}, job.id)),
-      admin ? el("td", {}, job.tenant) : null,
+      admin ? el("td", {class: "hide-narrow"}, job.tenant) : null,
       el("td", {}, badge(job.state)),
       el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}`),
       el("td", {class: "num hide-narrow"}, job.workers ?? "-"),
@@ -49,9 +49,9 @@ document.addEventListener("DOMContentLoaded", () => {
     const limit = page.limit;
     const first = total ? page.offset + 1 : 0;
     const last = Math.min(total, page.offset + page.items.length);
-    summary.textContent = `${total} job${total === 1 ? "" : "s"}` +
+    summary.textContent = `${total.toLocaleString("en")} job${total === 1 ? "" : "s"}` +
       (stateFilter.value || nameFilter.value ? " match" : "") + ".";
-    pageLabel.textContent = `${first}\u2013${last} of ${total}`;
+    pageLabel.textContent = `${first.toLocaleString("en")}\u2013${last.toLocaleString("en")} of ${total.toLocaleString("en")}`;
     prev.disabled = page.offset === 0;
     next.disabled = page.offset + limit >= total;
   }

@@ -35,10 +35,10 @@ document.addEventListener("DOMContentLoaded", () => {
         el("td", {class: "num"}, used(u.gpu, t.quota.max_gpus)),
         el("td", {class: "num"}, used(u.running_jobs, t.quota.max_running_jobs)),
         el("td", {class: "num"}, used(u.queued_jobs, t.quota.max_queued_jobs)),
-        el("td", {class: "row-actions"},
+        el("td", {}, el("div", {class: "row-actions"},
           el("button", {type: "button", class: "edit", onclick: () => edit(t)}, "Change"),
           el("button", {type: "button", class: "rotate", onclick: () => rotate(t)}, "Rotate key"),
-          el("button", {type: "button", class: "danger delete", onclick: () => remove(t)}, "Delete")));
+          el("button", {type: "button", class: "danger delete", onclick: () => remove(t)}, "Delete"))));
     }), "No tenants yet.", 8);
   }
 
