@@ -26,7 +26,7 @@ class BatchPrefetch:
     def __init__(self, batches: RankBatches):
         self.batches = batches
         self.wait_s = 0.0  # how long the latest next_batch waited for its batch
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
+        self._pool: ThreadPoolExecutor | None = None  # started by the first next_batch
         self._ahead: tuple[int, Future] | None = None
 
     def __getattr__(self, name: str) -> Any:  # rank, world_size, global_batch, source, ...
@@ -42,6 +42,8 @@ class BatchPrefetch:
         self.wait_s = time.perf_counter() - start
         self.batches.next_sample = cursor + self.batches.global_batch
         ahead = self.batches.next_sample
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
         self._ahead = (ahead, self._pool.submit(self._batch_at, ahead))
         return batch
 
@@ -58,5 +60,8 @@ class BatchPrefetch:
         self.batches.load_state_dict(state)
 
     def close(self) -> None:
+        """Stop reading ahead (a later next_batch starts again)."""
         self._ahead = None
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

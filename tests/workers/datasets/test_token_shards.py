@@ -73,6 +73,10 @@ def test_read_ahead_hands_out_the_same_batches_and_keeps_the_cursor_exact(datase
     resumed.load_state_dict(plain.state_dict())  # drops what it read ahead
     assert np.array_equal(resumed.next_batch()[1], plain.next_batch()[1])
     ahead.close()
+    expected = RankBatches(TokenShardSource(prefix, 0, SEQ), 4, 1, 2)
+    expected.load_state_dict(ahead.state_dict())
+    assert np.array_equal(ahead.next_batch()[0], expected.next_batch()[0])  # reads on after a close
+    ahead.close()
     resumed.close()
 
 
