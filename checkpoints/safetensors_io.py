@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -342,6 +343,7 @@ class SafetensorsWriter:
         self._next = 0
         self._digest = hashlib.sha256()
         self.size = 0
+        self._fs = fs
         self._file = fs.open(path, "wb")
         self._write(encode_header(self.entries, metadata))
 
@@ -369,9 +371,13 @@ class SafetensorsWriter:
         self.size += memoryview(data).nbytes
 
     def close(self) -> None:
+        """Close the file, on a local disk synced first (a manifest may commit it next)."""
         if self._next != len(self.entries):
             self._file.close()
             raise ValueError(f"{len(self.entries) - self._next} tensors were never written")
+        if isinstance(self._fs, LocalFileSystem):
+            self._file.flush()
+            os.fsync(self._file.fileno())
         self._file.close()
 
 

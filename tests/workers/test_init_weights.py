@@ -88,6 +88,11 @@ def test_a_job_starts_from_another_jobs_checkpoint_resharded(tmp_path, one_rank)
         assert torch.equal(value.full_tensor(), source[name]), name
     assert trainer.step == 0 and trainer.batches.next_sample == 0
     assert not trainer.optimizer.state  # fresh AdamW: no moments yet
+    resumed = Trainer(job_spec(init={"job": "source", "step": 3, "resume_optimizer": True,
+                                     "resume_data": True}),
+                      CheckpointTarget(root=root, tenant="acme", job="forked-2", secret=SECRET))
+    assert resumed.step == 0 and resumed.batches.next_sample == 3 * 4  # its cursor, asked for
+    assert all(int(s["step"]) == 3 for s in resumed.optimizer.state.values())  # its AdamW
 
 
 def test_an_export_loads_in_transformers_with_brigades_logits(tmp_path, one_rank):
