@@ -141,7 +141,9 @@ def _has_route(request: Request, name: str, **params: str) -> bool:
 
 @api_router.post("/session")
 def sign_in(body: SessionCreate, request: Request, response: Response, store: StoreDep) -> SessionPublic:
-    """An API key for a session cookie (HttpOnly, SameSite=Strict)."""
+    """An API key for a session cookie (HttpOnly, SameSite=Strict). Tries are
+    charged to the caller's address at the tenants' rate (429 beyond it)."""
+    request.app.state.rate_limiter.check(f"sign-in from {request.client.host if request.client else '?'}")
     tenant = tenant_for_key(request, store, body.api_key)
     if tenant is None:
         raise ApiError(401, "api_key: not a valid API key", "api_key")

@@ -185,3 +185,14 @@ def test_pages_and_docs_are_served_from_the_package(url):
         assert "/ui/static/vendor/" in text and not re.search(r'(src|href)="https?://', text), path
     assert client.get("/ui/static/vendor/swagger-ui/swagger-ui-bundle.js").status_code == 200
     assert client.get("/ui/static/vendor/redoc/LICENSE").status_code == 200
+
+
+def test_sign_in_tries_are_rate_limited_per_address(tmp_path):
+    supervisor = make_supervisor(tmp_path, rate_limit_per_s=0.01, rate_limit_burst=3)
+    try:
+        with LiveServer(create_app(supervisor)) as live:
+            codes = [httpx.post(f"{live.url}/ui/session", json={"api_key": f"guess-{i}"}).status_code
+                     for i in range(5)]
+            assert codes == [401, 401, 401, 429, 429]
+    finally:
+        supervisor.store.dispose()

@@ -74,6 +74,7 @@ def wait_for(what, predicate, timeout_s: float = 60.0, every_s: float = 0.2):
 def clean(browser: Browser, server: Server, allow: tuple[str, ...] = ()) -> None:
     """Nothing but the server was asked for, and the console has no error (but `allow`)."""
     urls, console = browser.drain()
+    # chrome:// is the browser's own first tab (its new-tab page), loaded from inside the binary
     foreign = [u for u in browser.foreign(urls, server.url) if not u.startswith("chrome://")]
     assert foreign == [], foreign
     errors = [e for e in console if e["level"] == "SEVERE"
