@@ -26,12 +26,16 @@ def train(
     """Run one job spec on Ray and print one JSON line of metrics per step."""
     from pydantic import ValidationError
 
-    from workers.spec import JobSpec, explain
+    from workers.spec import JobSpec, SpecError, explain
 
     raw = yaml.safe_load(spec_file.read_text()) or {}
     try:
         spec = JobSpec.model_validate(raw)
-    except ValidationError as e:
+        if spec.model.config_uri is not None:  # an operator's own file: no tenant prefix here
+            from workers.hf_config import resolve_config_uri
+
+            spec = resolve_config_uri(spec, spec.model.config_uri)
+    except (ValidationError, SpecError) as e:
         typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(2) from None
     _connect(ray_address)

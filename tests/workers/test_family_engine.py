@@ -101,6 +101,13 @@ def test_the_same_full_initial_weights_at_any_world_size(groups, world_size):
         at_n = group.call("state_digests")[0]
         assert at_n == digests_in_one_process(spec), family
         assert any(k.startswith("model.") for k in at_n)
+    if world_size == 2:  # tensor parallelism's Shard(0), Shard(1) and Replicate pieces too
+        spec = engine_spec(1, model=LLAMA, data={"source": "synthetic"}, parallelism={"tp": 2},
+                           workers=2)
+        assert groups.get(2).train(spec, stop_after=0) == [[]] * 2
+        at_tp = groups.get(2).call("state_digests")[0]
+        assert at_tp == digests_in_one_process(engine_spec(1, model=LLAMA,
+                                                           data={"source": "synthetic"}))
 
 
 def test_tied_llama_embeddings_under_full_shard(groups, single_process):
