@@ -11,9 +11,11 @@ from api.body_limit import BodySizeLimit
 from api.dashboard import install_dashboard
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
+from api.request_metrics import HTTP_METRICS, RequestMetrics
 from api.routes import audit, cluster, health, jobs, logs, tenants, usage
 from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
+from service.service_metrics import registry_for
 
 
 def create_app(supervisor) -> FastAPI:
@@ -33,4 +35,6 @@ def create_app(supervisor) -> FastAPI:
     install_error_handlers(app)
     access_log.install()
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)  # outermost: every answer counts, refusals too
+    app.state.metrics = registry_for(supervisor, *HTTP_METRICS)
     return app

@@ -17,6 +17,7 @@ import time
 from collections.abc import Set
 from datetime import UTC, datetime
 
+from service import service_metrics
 from service.ray_cluster import cluster_capacity, lost_nodes
 from service.scheduling import (
     Capacity,
@@ -172,6 +173,8 @@ class Admission:
                                   preemptions=job.preemptions + 1)
         except IllegalTransition as e:
             logger.info("job %s not preempted: %s", job.id, e)
+            return
+        service_metrics.count_transition(job.tenant, S.PREEMPTING)
 
     # -- views ------------------------------------------------------------------
 

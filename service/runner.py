@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from service import service_metrics
 from service.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at
 from service.recovery import RECOVERY_FIELDS, Interruption
 from service.scheduling.restart import Failure, RestartPolicy
@@ -218,6 +219,7 @@ class JobRunner(threading.Thread):
                                       reason=transition.reason, **transition.fields)
         logger.info("job %s: %s -> %s: %s", self.job_id, job.state.value, moved.state.value,
                     transition.reason)
+        service_metrics.count_transition(moved.tenant, moved.state)
         return moved
 
     # -- progress -----------------------------------------------------------------
@@ -239,11 +241,13 @@ class JobRunner(threading.Thread):
         if self._interruption is not None and "resumed_from" in rows[0]:
             cost = self._interruption.measure(rows[0])
             rows = [{**rows[0], **cost}, *rows[1:]]
+            service_metrics.observe_recovery(cost["recovered_from"], cost["recovery_s"])
             self._interruption = None
             lines.append(f"recovered from a {cost['recovered_from']} in {cost['recovery_s']:.1f} s "
                          f"(to the first new step): resumed at step {rows[0]['resumed_from']}, "
                          f"{cost['lost_steps']} steps lost")
         self.store.record_metrics(self.job_id, job.attempt, rows)
+        service_metrics.observe_checkpoint_saves(rows)
         fields: dict = {"step": rows[-1]["step"]}
         if any("checkpoint_step" in r for r in rows):
             checkpoint = self._latest_checkpoint(job)

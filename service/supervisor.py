@@ -17,6 +17,7 @@ import time
 from datetime import datetime, timedelta
 
 from checkpoints import CheckpointStore, CheckpointTarget
+from service import service_metrics
 from service.admission import Admission
 from service.exports import ExportService
 from service.data_access import check_data_uri
@@ -287,7 +288,9 @@ class Supervisor:
 
     def _admit(self) -> None:
         """One scheduling pass (see `service.admission`): launch what it starts."""
-        for job in self.admission.run_pass():
+        with service_metrics.SCHEDULING_PASS.time():
+            started = self.admission.run_pass()
+        for job in started:
             self._spawn(self._runner(job.id))
 
     def _runner(self, job_id: str, attached: WorkerGroup | None = None) -> JobRunner:
@@ -345,6 +348,7 @@ class Supervisor:
         if job.state is not S.RESTARTING:
             self.store.transition(job.id, S.RESTARTING,
                                   reason=f"{why}; restarting from the latest checkpoint")
+            service_metrics.count_transition(job.tenant, S.RESTARTING)
         else:
             self.store.note(job.id, why)
         self._spawn(self._runner(job.id))

@@ -216,6 +216,16 @@ class JobStore:
             )
             return [job.to_record() for job in jobs]
 
+    def count_by_tenant_and_state(self) -> dict[str, dict[JobState, int]]:
+        """How many jobs each tenant has in each state (states it has none in left out)."""
+        with self._read() as session:
+            rows = session.execute(
+                select(Job.tenant, Job.state, func.count()).group_by(Job.tenant, Job.state))
+            found: dict[str, dict[JobState, int]] = {}
+            for tenant, state, count in rows:
+                found.setdefault(tenant, {})[JobState(state)] = count
+        return found
+
     def jobs_in_states(self, states: Iterable[JobState]) -> list[JobRecord]:
         """Every tenant's jobs in these states, oldest first (first come, first served)."""
         values = [JobState(s).value for s in states]

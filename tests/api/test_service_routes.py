@@ -51,9 +51,13 @@ def test_prometheus_metrics_count_jobs_by_state(server, client):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     samples = dict(line.rsplit(" ", 1) for line in response.text.splitlines() if not line.startswith("#"))
-    assert int(samples['brigade_jobs{state="QUEUED"}']) >= 1
-    assert 'brigade_jobs{state="CANCELLED"}' in samples and "brigade_queue_length" in samples
+    assert int(float(samples['brigade_jobs{state="QUEUED",tenant="admin"}'])) >= 1
+    assert 'brigade_jobs{state="CANCELLED",tenant="admin"}' in samples
+    assert "brigade_queue_length" in samples and 'brigade_cluster_capacity{resource="cpu"}' in samples
     assert "# TYPE brigade_jobs gauge" in response.text
+    route = 'brigade_http_requests_total{method="POST",route="/v1/jobs",status="201"}'
+    assert float(samples[route]) >= 1  # by route template and status
+    assert any(name.startswith("brigade_http_request_duration_seconds_bucket{") for name in samples)
 
 
 def test_cluster_shows_capacity_usage_and_queue(client):

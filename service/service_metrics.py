@@ -1,0 +1,117 @@
+"""The control plane's Prometheus metrics (prometheus_client, its naming
+conventions: base units, `_total` counters, `_seconds` durations).
+
+Counted where things happen, for the life of the process:
+
+    brigade_job_restarts_total{tenant}           a job restarting after a failure
+    brigade_job_preemptions_total{tenant}        a job preempted (by a higher priority, or SIGTERM)
+    brigade_scheduling_pass_duration_seconds     one scheduling pass
+    brigade_job_recovery_duration_seconds{kind}  from a failure (or notice) to the first new step
+    brigade_checkpoint_save_duration_seconds     how long training waited for a checkpoint save
+
+Read from the store and Ray at each scrape (`ServiceCollector`):
+
+    brigade_jobs{tenant,state}                   jobs by state and tenant
+    brigade_cluster_capacity{resource}           the live nodes' cpus and gpus
+    brigade_cluster_usage{resource}              what active jobs hold
+    brigade_queue_length                         jobs waiting for capacity
+
+The metric objects belong to no registry of their own: each app registers
+them, with its supervisor's collector, in its own (`registry_for`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from service.states import JobState
+
+logger = logging.getLogger(__name__)
+
+RESTARTS = Counter("brigade_job_restarts", "Jobs restarted after a failure.", ["tenant"], registry=None)
+PREEMPTIONS = Counter("brigade_job_preemptions", "Jobs preempted (a higher priority, or SIGTERM).",
+                      ["tenant"], registry=None)
+SCHEDULING_PASS = Histogram(
+    "brigade_scheduling_pass_duration_seconds", "Time of one scheduling pass.", registry=None,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+RECOVERY = Histogram(
+    "brigade_job_recovery_duration_seconds",
+    "From a failure (or a preemption notice) to the end of the first new step.", ["kind"],
+    registry=None, buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+CHECKPOINT_SAVE = Histogram(
+    "brigade_checkpoint_save_duration_seconds",
+    "How long training waited for a checkpoint save (the whole save when blocking).",
+    registry=None, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+PROCESS_METRICS = (RESTARTS, PREEMPTIONS, SCHEDULING_PASS, RECOVERY, CHECKPOINT_SAVE)
+
+
+def count_transition(tenant: str, to: JobState) -> None:
+    """Count a state change that the counters follow."""
+    if to is JobState.RESTARTING:
+        RESTARTS.labels(tenant=tenant).inc()
+    elif to is JobState.PREEMPTING:
+        PREEMPTIONS.labels(tenant=tenant).inc()
+
+
+def observe_checkpoint_saves(rows: list[dict]) -> None:
+    """The save times a batch of metrics rows reports."""
+    for row in rows:
+        if isinstance(stall := row.get("checkpoint_stall_s"), int | float):
+            CHECKPOINT_SAVE.observe(stall)
+
+
+def observe_recovery(kind: str, seconds: float) -> None:
+    RECOVERY.labels(kind=kind).observe(seconds)
+
+
+class ServiceCollector(Collector):
+    """Jobs by state and tenant, capacity and usage, read at each scrape."""
+
+    def __init__(self, supervisor):
+        self.supervisor = supervisor
+
+    def describe(self):
+        return self._families()
+
+    def collect(self):
+        jobs, capacity, usage, queue = self._families()
+        try:
+            counts = self.supervisor.store.count_by_tenant_and_state()
+            for tenant, by_state in sorted(counts.items()):
+                for state in JobState:
+                    jobs.add_metric([tenant, state.value], by_state.get(state, 0))
+        except Exception:  # the store is gone: say so in the log, scrape the rest
+            logger.exception("metrics: cannot count the jobs")
+        try:
+            cluster = self.supervisor.cluster_status()
+            for name, value in sorted(cluster["capacity"].items()):
+                capacity.add_metric([name], value)
+            for name, value in sorted(cluster["usage"].items()):
+                usage.add_metric([name], value)
+            queue.add_metric([], len(cluster["queue"]))
+        except Exception:
+            logger.exception("metrics: cannot read the cluster")
+        return [jobs, capacity, usage, queue]
+
+    @staticmethod
+    def _families():
+        return [
+            GaugeMetricFamily("brigade_jobs", "Jobs by state and tenant.", labels=["tenant", "state"]),
+            GaugeMetricFamily("brigade_cluster_capacity", "Live nodes' resources.",
+                              labels=["resource"]),
+            GaugeMetricFamily("brigade_cluster_usage", "Resources held by active jobs.",
+                              labels=["resource"]),
+            GaugeMetricFamily("brigade_queue_length", "Jobs waiting for capacity."),
+        ]
+
+
+def registry_for(supervisor, *more) -> CollectorRegistry:
+    """A registry of the process's metrics, this supervisor's and `more`."""
+    registry = CollectorRegistry(auto_describe=True)
+    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor), *more):
+        registry.register(collector)
+    return registry
