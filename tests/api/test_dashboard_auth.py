@@ -154,6 +154,8 @@ def test_series_counts_every_row_until_it_downsamples(url, store):
     rows = [{"step": s, "loss": 10.0 - s / 1000, "tokens_per_s": 100.0 + (s % 7)} for s in range(1, 5001)]
     rows[1234]["loss"] = 99.0  # a spike survives downsampling
     rows[4000].update(resumed_from=3990, recovered_from="restart")
+    for row in rows[999::1000]:
+        row["eval_loss"] = row["loss"] + 0.1  # evaluated every 1000 steps: a sparse series
     store.record_metrics(job.id, 1, rows)
     http = admin_client(url)
     full = http.get(f"/v1/jobs/{job.id}/series", params={"points": 20000}).json()
@@ -161,7 +163,8 @@ def test_series_counts_every_row_until_it_downsamples(url, store):
     cut = http.get(f"/v1/jobs/{job.id}/series", params={"points": 2000}).json()
     assert len(cut["series"]["loss"]["value"]) <= 2000 and max(cut["series"]["loss"]["value"]) == 99.0
     assert cut["marks"] == [{"step": 4001, "kind": "restart"}]
-    assert "eval_loss" not in cut["series"]
+    assert cut["series"]["eval_loss"]["step"] == [1000, 2000, 3000, 4000, 5000]
+    assert "comm_bytes" not in cut["series"]  # no row has it
     assert http.get(f"/v1/jobs/{job.id}/series", params={"points": 1}).status_code == 422
     # new rows are read as they come; a new attempt's rows replace the old ones
     store.record_metrics(job.id, 1, [{"step": 5001, "loss": 1.0}])
