@@ -124,7 +124,14 @@ class SeededInit:
 
 
 def weight_source(job: JobSpec) -> WeightSource:
-    """The job's initial weights (a job without `init`: seeded random)."""
+    """The job's initial weights: a Hugging Face directory's (`init.uri`,
+    each rank reading its slices: workers/init_weights.py), else seeded
+    random (`init.job` loads its checkpoint over them after the build: the
+    Trainer does, as it resumes)."""
+    if job.init is not None and job.init.uri is not None:
+        from workers.init_weights import HuggingFaceWeights
+
+        return HuggingFaceWeights(job.init.uri)
     return SeededInit(job.train.seed)
 
 

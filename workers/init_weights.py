@@ -9,10 +9,11 @@ the model after it is built and sharded: every rank reads only its own shard.
                          jobs (DCP, resharded to this job's layout): the model,
                          and the optimizer state or data cursor if asked
 
-`HuggingFaceWeights.fill(model)` is a weight source for any sharded build: it
-writes each parameter's local shard (`param.to_local()`), at the offsets its
-DTensor placements give, converting the file's dtype (bf16, fp16, fp32) to
-the parameter's.
+`HuggingFaceWeights` is the sharded build's weight source for `init.uri`
+(`workers.build.weight_source`): its `fill(model)` writes each parameter's
+local shard (`param.to_local()`), at the offsets its DTensor placements
+give, straight from the file where the dtypes agree, else converting the
+file's (bf16, fp16, fp32) to the parameter's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from checkpoints.safetensors_io import SafetensorsReader
+from workers.build import named_tensors
 from workers.spec import InitSpec, SpecError
 
 if TYPE_CHECKING:
@@ -36,14 +38,6 @@ if TYPE_CHECKING:
 
 TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                 "F64": torch.float64}
-_WRAPPED = "_checkpoint_wrapped_module."  # activation checkpointing's wrapper, not in HF names
-
-
-def hf_name(name: str) -> str:
-    """A parameter's name as a Hugging Face file has it."""
-    return name.replace(_WRAPPED, "")
-
-
 def local_box(param: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor]:
     """(the box of the full tensor this rank holds, the local tensor holding it)."""
     if isinstance(param, DTensor):
@@ -67,8 +61,7 @@ class HuggingFaceWeights:
         """Write every parameter's local shard from the files."""
         tensors = self.reader.tensors
         with torch.no_grad():
-            for name, param in model.named_parameters():
-                key = hf_name(name)
+            for key, param in named_tensors(model):
                 if key not in tensors:
                     raise SpecError("init.uri", f"init.uri: tensor {key} is missing from "
                                                 f"{self.uri}")
@@ -113,11 +106,10 @@ def load_job_weights(trainer: Trainer, init: InitSpec, source: CheckpointTarget)
     return result.step
 
 
-def initialise(trainer: Trainer, init: InitSpec, target: CheckpointTarget | None,
-               data_options: Mapping[str, Any] | None = None) -> str:
-    """Fill `trainer`'s model (and what `init` asks) from `init`; says from what."""
-    if init.uri is not None:
-        HuggingFaceWeights(init.uri, dict(data_options or {})).fill(trainer.model)
+def initialise(trainer: Trainer, init: InitSpec, target: CheckpointTarget | None) -> str:
+    """After the build, on a fresh start: what `init` asks beyond the build's
+    weight source (a job's checkpoint); says where the weights came from."""
+    if init.uri is not None:  # filled as the model was built (`workers.build.weight_source`)
         return f"weights from {init.uri}"
     assert init.job is not None
     if target is None:
@@ -132,4 +124,4 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach()
     if flat.dtype == torch.bfloat16:
         flat = flat.view(torch.int16)
-    return memoryview(flat.numpy()).cast("B")
+    return flat.numpy().data.cast("B")
