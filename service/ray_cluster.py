@@ -64,10 +64,11 @@ def _token_auth() -> None:
 class LocalRayCluster:
     """A Ray head owned by one data directory."""
 
-    def __init__(self, data_dir: str, num_cpus: int | None = None):
+    def __init__(self, data_dir: str, num_cpus: int | None = None, dashboard: bool = False):
         self.dir = Path(data_dir)
         self.state_file = self.dir / "ray.json"
         self.num_cpus = num_cpus
+        self.dashboard = dashboard  # Ray's dashboard (its state API), on loopback only
 
     def ensure(self) -> str:
         """The address of this data directory's head, started if not running."""
@@ -105,9 +106,11 @@ class LocalRayCluster:
         port = free_port(LOOPBACK)
         cmd = [
             str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
-            f"--port={port}", "--include-dashboard=false", "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={free_port(LOOPBACK)}",
+            f"--port={port}", f"--include-dashboard={str(self.dashboard).lower()}",
+            "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port(LOOPBACK)}",
         ]
+        if self.dashboard:
+            cmd += [f"--dashboard-host={LOOPBACK}", f"--dashboard-port={free_port(LOOPBACK)}"]
         if self.num_cpus is not None:
             cmd.append(f"--num-cpus={self.num_cpus}")
         _ensure_auth_token(Path(cmd[0]))

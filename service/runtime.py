@@ -14,7 +14,8 @@ def build_supervisor(settings: Settings) -> Supervisor:
     local = None
     address = settings.ray_address
     if not address:
-        local = LocalRayCluster(settings.data_dir, num_cpus=settings.ray_num_cpus)
+        local = LocalRayCluster(settings.data_dir, num_cpus=settings.ray_num_cpus,
+                                dashboard=settings.ray_dashboard)
         address = local.ensure()
     connect(address)
     store = JobStore(settings.resolved_database_url)

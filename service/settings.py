@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     database_url: str | None = None  # default: SQLite (WAL) under data_dir
     ray_address: str | None = None  # an existing cluster; default: start a local one
     ray_num_cpus: int | None = None  # for the local cluster; default: Ray's own count
+    # the local head's dashboard (Ray's state API, `ray list ...`), bound to 127.0.0.1;
+    # off by default: it costs the head memory and start time (see README)
+    ray_dashboard: bool = False
     admin_key: str | None = None  # generated and printed once at first start if unset
     secret: str | None = None  # signs checkpoint manifests; generated under data_dir if unset
     host: str = "127.0.0.1"

@@ -4,6 +4,9 @@
 seconds and each rank actor ~750 MB), for any test that needs Ray:
 
     pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
+
+Its head runs Ray's dashboard, bound to 127.0.0.1, for Ray's public state API
+(`ray.util.state.list_actors`, ...): what the leak checks read.
 """
 
 from __future__ import annotations
@@ -19,10 +22,16 @@ def ray_cluster():
     yields the `ray.init` context and shuts the cluster down at the end."""
     import ray
 
+    from workers.distributed import LOOPBACK, free_port
+
     context = ray.init(
         address="local",  # a cluster of our own: never attach to another's `ray start`
         num_cpus=RAY_CPUS,
-        include_dashboard=False,
+        # The state API needs the dashboard: on loopback, at a port of its own
+        # (another session's cluster may hold Ray's default one).
+        include_dashboard=True,
+        dashboard_host=LOOPBACK,
+        dashboard_port=free_port(LOOPBACK),
         # Threads: Ray sets each worker's OMP_NUM_THREADS to its whole CPUs (at
         # least 1) and RankActor sets torch's to the same. No job runtime_env for
         # it: one costs ~1 s more per group start (no prestarted workers).

@@ -31,6 +31,7 @@ ENV = {
     "BRIGADE_POLL_INTERVAL_S": "0.1",
     "BRIGADE_RESTART_BACKOFF_S": "1.0",  # RESTARTING lasts >= 1 s: a controller kill can land in it
     "BRIGADE_PG_TIMEOUT_S": str(PG_TIMEOUT_S),
+    "BRIGADE_RAY_DASHBOARD": "true",  # the leak checks read Ray's public state API
 }
 
 
@@ -128,23 +129,26 @@ def alive(pid: int) -> bool:
 
 _PROBE = textwrap.dedent("""
     import json, sys, ray
-    ray.init(address=sys.argv[1], namespace="brigade", logging_level="ERROR")
+    from ray.util.state import list_actors, list_placement_groups
+    head = sys.argv[1]  # the server's head (without it the state API may pick another cluster)
+    ray.init(address=head, namespace="brigade", logging_level="ERROR")
+    list_actors(head, limit=1)  # the head's dashboard answers
     print("ready", flush=True)
     for line in sys.stdin:
         prefix = line.strip()
-        actors = [a["Name"] for a in ray._private.state.actors().values()
-                  if a["Name"].startswith(prefix) and a["State"] != "DEAD"]
-        pgs = [p["name"] for p in ray.util.placement_group_table().values()
-               if p["name"].startswith(prefix) and p["state"] != "REMOVED"]
+        actors = [a.name for a in list_actors(head, filters=[("state", "!=", "DEAD")], limit=10_000)
+                  if a.name.startswith(prefix)]
+        pgs = [p.name for p in list_placement_groups(head, filters=[("state", "!=", "REMOVED")],
+                                                     limit=10_000) if p.name.startswith(prefix)]
         print(json.dumps(actors + pgs), flush=True)
 """)
 
 
 class RayProbe:
     """A driver of its own on the server's Ray head (a subprocess, so that this
-    test process's Ray, if any, is left alone): what is alive there, by name.
-    The state it reads is the GCS's own (Ray's state API needs the dashboard,
-    which `brigade serve`'s head runs without)."""
+    test process's Ray, if any, is left alone): what is alive there, by name,
+    through Ray's public state API (the chaos server's head runs its dashboard,
+    on loopback: BRIGADE_RAY_DASHBOARD)."""
 
     def __init__(self, data_dir: Path):
         address = json.loads((data_dir / "ray.json").read_text())["address"]

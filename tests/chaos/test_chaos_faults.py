@@ -284,8 +284,10 @@ def test_a_full_disk_fails_the_save_on_every_rank_and_saving_resumes_once_freed(
         filler.write_bytes(b"\0" * (free_bytes(directory) - checkpoint_bytes // 2))
         failed = lambda: [r for r in metrics(server, job["id"]) if r.get("checkpoint_error")]  # noqa: E731
         wait_for(server, job["id"], lambda j: len(failed()) >= 2, every_s=0.2)
-        for row in failed():
-            assert "No space left on device" in row["checkpoint_error"], row
+        for row in failed():  # the cause as the writer saw it: ENOSPC, or torch's short write
+            assert f"writing step {row['step']} failed" in row["checkpoint_error"], row
+            assert any(cause in row["checkpoint_error"] for cause in (
+                "No space left on device", "unexpected pos")), row["checkpoint_error"]
         # Every rank had the same outcome (else one would wait for the others in
         # a collective and the job would restart), and nothing partial is listed.
         assert server.job(job["id"])["restarts"] == 0

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.state import list_actors, list_placement_groups
 
 from workers.errors import (
     CapacityError,
@@ -50,17 +51,14 @@ def wait_until(condition: Callable[[], bool], within_s: float) -> bool:
 
 
 def leftovers(prefix: str, pids: list[int] = ()) -> list[str]:
-    """What of a group named `prefix` still lives: actors, placement groups, processes."""
-    actors = [
-        a["Name"]
-        for a in ray._private.state.actors().values()  # the state API needs the dashboard
-        if a["Name"].startswith(prefix) and a["State"] != "DEAD"
-    ]
-    pgs = [
-        p["name"]
-        for p in ray.util.placement_group_table().values()
-        if p["name"].startswith(prefix) and p["state"] != "REMOVED"
-    ]
+    """What of a group named `prefix` still lives: actors, placement groups,
+    processes (through Ray's public state API: the session's head runs the dashboard)."""
+    # This cluster's (by its GCS): without an address the state API may pick another's.
+    here = ray.get_runtime_context().gcs_address
+    actors = [a.name for a in list_actors(here, filters=[("state", "!=", "DEAD")], limit=10_000)
+              if a.name.startswith(prefix)]
+    pgs = [p.name for p in list_placement_groups(here, filters=[("state", "!=", "REMOVED")],
+                                                 limit=10_000) if p.name.startswith(prefix)]
     return actors + pgs + [f"pid {pid}" for pid in pids if _process_alive(pid)]
 
 
