@@ -148,6 +148,8 @@ def sign_in(body: SessionCreate, request: Request, response: Response, store: St
     if tenant is None:
         raise ApiError(401, "api_key: not a valid API key", "api_key")
     sessions = request.app.state.sessions
+    if previous := request.cookies.get(COOKIE):  # signing in again ends the session it replaces
+        sessions.end(previous)
     sessions.set_cookie(request, response, sessions.start(tenant, body.api_key))
     return SessionPublic(tenant=tenant, expires_in_s=sessions.ttl_s)
 

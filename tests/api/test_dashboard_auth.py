@@ -111,6 +111,10 @@ def test_sign_out_ends_the_session_and_a_rotated_key_ends_its_sessions(url):
     assert first.post("/ui/session/end", headers={CSRF_HEADER: first_token}).status_code == 204
     assert first.get("/v1/jobs").status_code == 401
     assert second.get("/v1/jobs").status_code == 200
+    replaced = second.cookies[COOKIE]
+    second.post("/ui/session", json={"api_key": created["api_key"]})  # signing in again
+    assert second.cookies[COOKIE] != replaced
+    assert httpx.get(f"{url}/v1/jobs", cookies={COOKIE: replaced}).status_code == 401
     assert admin.post(f"/v1/tenants/{created['id']}/keys").status_code == 201
     assert second.get("/v1/jobs").status_code == 401
     assert second.get("/", follow_redirects=False).status_code == 303
