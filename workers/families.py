@@ -18,7 +18,8 @@ not import torch either; only `Family.build` imports the model's module.
 The model a family builds exposes the engine's view of a decoder
 (workers/sharding.py): `embedding`, `blocks` (an `nn.ModuleList`), `head`
 and `tied`; and, optionally, `init_parameter(name, tensor, generator)`, the
-rule that fills one full parameter at the start (workers/build.py), and
+rule that fills one full parameter (or buffer: a family with buffers must
+give their rule) at the start (workers/build.py), and
 `tp_plan()`, its tensor-parallel plan (a family that has one says
 `tensor_parallel=True`).
 """
