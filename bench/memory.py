@@ -281,7 +281,8 @@ def run(args) -> Figure:
         headline=f"sharded state / (16 P / N): within {worst:.2%} at N = {args.world_sizes}; "
                  f"peak RSS growth at N={n_last}: "
                  f"{growth_last / MB:.0f} MB "
-                 f"vs {theory[n_last] / MB:.0f} MB",
+                 f"vs {theory[n_last] / MB:.0f} MB; building: at most {build_worst:.2f}x "
+                 "4 B/param / N + the largest unit",
         goals=[Goal("per-rank sharded state = 16 B/param / N (within 1%)",
                     f"worst max-rank / theory off by {worst:.2%}", worst <= 0.01),
                Goal("peak RSS growth while building <= 1.25x (4 B/param / N + the largest unit)",
