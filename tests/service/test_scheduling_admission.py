@@ -310,7 +310,7 @@ def test_a_demand_is_read_from_a_job_spec():
     spec = JobSpec.model_validate({
         "workers": {"min": 1, "max": 4}, "resources_per_worker": {"cpu": 2, "gpu": 1},
         "priority": 3, "model": {}, "train": {"steps": 5, "global_batch_size": 8}})
-    assert Demand.from_spec(spec) == Demand(3, (4, 2, 1), Resources(2, 1))
+    assert Demand.from_spec(spec) == Demand(3, (4, 3, 2, 1), Resources(2, 1))
     assert Demand.from_spec(spec, world_sizes=[2]).world_sizes == (2,)
 
 
