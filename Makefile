@@ -1,6 +1,9 @@
 # Two commands a newcomer needs: `make serve` and `make test`.
 # Each creates the virtual environment and installs on first use.
 PYTHON ?= python3.11
+# Where torch==2.13.0's CPU build comes from: empty, the configured index (it serves the CPU
+# wheel on machines set up like ours); elsewhere `make TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -9,8 +12,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/pip install -q -e ".[dev]"  # dev includes server: everything make serve and make test need
 	touch $(STAMP)
 
 .PHONY: install serve test lint bench

@@ -61,6 +61,9 @@ ENTRYPOINT = DEPLOY / "entrypoint.sh"
 GEN_ENV = DEPLOY / "gen-env.sh"
 DOCS = ROOT / "docs" / "deploy.md"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# What the service runs on: the lean install's requirements and the `server` extra's.
+SERVER_REQUIREMENTS = [*PYPROJECT["project"]["dependencies"],
+                       *PYPROJECT["project"]["optional-dependencies"]["server"]]
 
 MIN_KUBERNETES = Version("1.30")  # the oldest Kubernetes these manifests claim to fit
 RAY_TOKEN_AUTH_SINCE = Version("2.52")
@@ -805,7 +808,7 @@ def test_compose_brigade_environment_makes_a_production_settings(tmp_path, monke
         "postgres", postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"])
     assert url.host in services
     # The driver the URL names is a dependency of the project.
-    deps = {Requirement(r).name for r in PYPROJECT["project"]["dependencies"]}
+    deps = {Requirement(r).name for r in SERVER_REQUIREMENTS}
     assert "psycopg" in deps
     # Checkpoints and data go to the compose S3 store, to the bucket the one-shot job makes.
     bucket = settings.resolved_storage_uri.removeprefix("s3://").split("/")[0]
@@ -872,8 +875,7 @@ def test_dockerfile_has_the_variant_argument_and_pins():
     assert args["TORCH_VERSION"] == make_torch
     ray = Version(args["RAY_VERSION"])
     assert ray >= RAY_TOKEN_AUTH_SINCE
-    ray_req = next(Requirement(r) for r in PYPROJECT["project"]["dependencies"]
-                   if Requirement(r).name == "ray")
+    ray_req = next(Requirement(r) for r in SERVER_REQUIREMENTS if Requirement(r).name == "ray")
     assert ray_req.specifier.contains(ray)
     assert raycluster()["spec"]["rayVersion"] == args["RAY_VERSION"]
     python = re.search(r"PYTHON_VERSION=([0-9.]+)", DOCKERFILE.read_text()).group(1)
