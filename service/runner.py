@@ -33,6 +33,7 @@ from workers.errors import WorkerGroupError
 
 if TYPE_CHECKING:
     from service.store import JobRecord, JobStore
+    from service.tracking import JobTracking
 
 logger = logging.getLogger(__name__)
 SETTLE_TRIES = 5  # decisions in a row undone by the job moving meanwhile, before giving up
@@ -67,6 +68,8 @@ class ControlPlane:
     grace_s: Callable[[JobRecord], float]  # how long a job asked to stop may take
     live_nodes: Callable[[], int]  # the cluster's live nodes (the same-node rule needs > 1)
     done: Callable[[str], None]  # the runner of this job id has ended
+    # the experiment trackers the job's metrics also go to (service.tracking); None: none
+    tracking: Callable[[JobRecord], JobTracking | None] | None = None
 
 
 class JobRunner(threading.Thread):
@@ -80,6 +83,7 @@ class JobRunner(threading.Thread):
         self._nodes: set[str] = set()  # where the last attempt's ranks ran
         self._failures: list[Failure] = []  # those this runner saw, for the restart policy
         self._interruption: Interruption | None = None  # what the running attempt recovers from
+        self._tracking: JobTracking | None = None  # made at the first rows
         # Reattached: the attempt's rows are fetched again from its first, whose
         # recovery figures (recorded by the runner before) must not be lost.
         self._keep_recovery = attached is not None
@@ -91,7 +95,10 @@ class JobRunner(threading.Thread):
         with contextlib.suppress(Exception):  # the run itself says what is wrong with the store
             job = self.store.get_job(self.job_id)
         with about_job(self.job_id, job.tenant if job else None):  # its records name the job
-            self._run()
+            try:
+                self._run()
+            finally:
+                self._end_tracking()
 
     def _run(self) -> None:
         try:
@@ -110,6 +117,8 @@ class JobRunner(threading.Thread):
                 if watched is None or self.detach.is_set():
                     return
                 ended = watched
+                if self._tracking is not None:  # the attempt's last rows out before its end is recorded
+                    self._tracking.flush(force=True)
                 self._nodes = {info["node_id"] for info in group.node_infos}
                 group.shutdown()
                 group = self.group = None
@@ -248,6 +257,7 @@ class JobRunner(threading.Thread):
                          f"{cost['lost_steps']} steps lost")
         self.store.record_metrics(self.job_id, job.attempt, rows)
         service_metrics.observe_checkpoint_saves(rows)
+        self._track(job, rows)
         fields: dict = {"step": rows[-1]["step"]}
         if any("checkpoint_step" in r for r in rows):
             checkpoint = self._latest_checkpoint(job)
@@ -271,6 +281,25 @@ class JobRunner(threading.Thread):
                              "committed checkpoint, and saves again at the next interval")
         self.store.append_log(self.job_id, lines)
         return len(fetched)
+
+    def _track(self, job: JobRecord, rows: list[dict]) -> None:
+        """The rows to the job's experiment trackers (a failing one is left off, said in its log)."""
+        if self._tracking is None and self.control.tracking is not None:
+            self._tracking = self.control.tracking(job)
+        if self._tracking is None:
+            return
+        self._tracking.record(rows)
+        if self._tracking.problems:
+            self.store.append_log(self.job_id, self._tracking.problems)
+            self._tracking.problems = []
+
+    def _end_tracking(self) -> None:
+        if self._tracking is None:
+            return
+        try:
+            self._tracking.end(self._job().state)
+        except Exception:
+            logger.exception("job %s: ending its tracking", self.job_id)
 
     def _record_output(self, group: Group) -> None:
         """The ranks' own output (stdout, stderr) into the job's log, each

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     # `brigade serve`'s logging (service.service_log): the level, and text or one JSON object a line
     log_level: str = Field("INFO", pattern="(?i)^(debug|info|warning|error|critical)$")
     log_format: str = Field("text", pattern="^(text|json)$")
+    # an MLflow tracking server every job's metrics also go to (a run per job, an
+    # experiment per tenant: service.tracking); None: none
+    mlflow_tracking_uri: str | None = None
     # exports (Hugging Face format): safetensors files are cut at this size; a job
     # that succeeds is exported at its final checkpoint in this dtype ("" : not)
     export_max_shard_bytes: int = Field(5 * 10**9, ge=1)

@@ -44,6 +44,7 @@ from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore, JobUnfinished, UnexpectedState
 from service.store.models import utcnow
 from service.store.tenants import ADMIN_TENANT
+from service.tracking import JobTracking, MlflowRun, TensorBoardFiles
 from service.usage import TenantUsage, usage_by_tenant
 from workers.errors import CapacityError, RankError, WorkerGroupError
 from workers.group import WorkerGroup
@@ -67,6 +68,7 @@ class Supervisor:
         self._control = ControlPlane(
             restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
             grace_s=self.admission.grace_s, live_nodes=live_node_count, done=self.runner_done,
+            tracking=self.tracking_for,
         )
         self._restart_policy = RestartPolicy(base_backoff_s=settings.restart_backoff_s)
         self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
@@ -231,6 +233,18 @@ class Supervisor:
     def latest_checkpoint(self, job: JobRecord) -> dict | None:
         latest = self._checkpoint_store(job).latest_committed()
         return None if latest is None else {"step": latest.step, "world_size": latest.world_size}
+
+    def tracking_for(self, job: JobRecord) -> JobTracking | None:
+        """The experiment trackers this job's metrics go to: TensorBoard files
+        under its storage prefix if its spec asks, the operator's MLflow."""
+        makers: dict = {}
+        if job.spec.tracking.tensorboard:
+            store = self._checkpoint_store(job)
+            makers["tensorboard"] = lambda: TensorBoardFiles(
+                store.fs, f"{store.layout.prefix}/tensorboard", f"brigade-{job.id}")
+        if uri := self.settings.mlflow_tracking_uri:
+            makers["mlflow"] = lambda: MlflowRun(uri, job.tenant, job.id, job.name)
+        return JobTracking(job.id, makers) if makers else None
 
     def _checkpoint_store(self, job: JobRecord) -> CheckpointStore:
         return CheckpointTarget.from_dict(self.checkpoint_target(job)).open_store()

@@ -344,6 +344,13 @@ class CheckpointSpec(_Section):
     async_: bool = Field(False, alias="async")  # train on while shards are written
 
 
+class TrackingSpec(_Section):
+    """Where the job's metrics go besides the service's own store (the
+    operator's MLflow server, BRIGADE_MLFLOW_TRACKING_URI, takes every job's)."""
+
+    tensorboard: bool = False  # TensorBoard event files under the job's storage prefix (tensorboard/)
+
+
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 
@@ -429,6 +436,7 @@ class JobSpec(_Section):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     init: InitSpec | None = None  # initial weights: a Hugging Face directory or a job's checkpoint
     eval: EvalSpec | None = None  # a validation loss in the metrics rows of some steps
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)  # TensorBoard files
     # train: a training job; prepare: a dataset's preparation (the `prepare` section)
     kind: Literal["train", "prepare"] = "train"
     prepare: PrepareSpec | None = None

@@ -4,6 +4,8 @@ shows what happened."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from api.app import create_app
@@ -25,8 +27,16 @@ SPEC = {
 
 
 @pytest.fixture(scope="module")
-def live_client(tmp_path_factory, ray_cluster):
-    supervisor = make_supervisor(tmp_path_factory.mktemp("live"))
+def mlruns(tmp_path_factory):
+    """The operator's MLflow tracking server: a file store (opted into, as MLflow 3 asks)."""
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    yield f"file://{tmp_path_factory.mktemp('mlruns')}"
+    os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
+
+
+@pytest.fixture(scope="module")
+def live_client(tmp_path_factory, ray_cluster, mlruns):
+    supervisor = make_supervisor(tmp_path_factory.mktemp("live"), mlflow_tracking_uri=mlruns)
     supervisor.start()
     try:
         with LiveServer(create_app(supervisor)) as server, BrigadeClient(server.url, ADMIN_KEY) as client:
@@ -66,16 +76,18 @@ def test_a_job_runs_to_success_and_every_route_tells_of_it(live_client):
     assert client.workers(job.id) == []  # released
 
 
-def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, tmp_path):
+def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, mlruns, tmp_path):
     import json
 
     import yaml
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from typer.testing import CliRunner
 
     from api.cli import app
 
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(yaml.safe_dump(SPEC | {"name": "followed"}))
+    spec_file.write_text(yaml.safe_dump(SPEC | {"name": "followed", "tracking": {"tensorboard": True}}))
     env = {"BRIGADE_URL": live_client.url, "BRIGADE_API_KEY": ADMIN_KEY,
            "BRIGADE_CONFIG": str(tmp_path / "none.yaml")}
     runner = CliRunner()
@@ -90,3 +102,22 @@ def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, 
     usage = {u.tenant: u for u in live_client.usage(window_s=3600).tenants}
     assert usage["admin"].jobs.get("SUCCEEDED", 0) >= 1
     assert usage["admin"].worker_seconds > 2 * 0.5  # two workers, for longer than half a second
+
+    # Its metrics went to TensorBoard files under its storage prefix and to the operator's MLflow.
+    # (The runner ends the run just after the job's final state: give it a moment.)
+    import time
+
+    prefix = live_client.checkpoints(job_id)[0].uri.removeprefix("file://").split("/checkpoints/")[0]
+    mlflow = MlflowClient(tracking_uri=mlruns)
+    experiment = mlflow.get_experiment_by_name("brigade/admin").experiment_id
+    deadline = time.monotonic() + 20
+    while True:
+        (run,) = mlflow.search_runs([experiment], f"tags.`brigade.job` = '{job_id}'")
+        if run.info.status == "FINISHED" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert run.info.status == "FINISHED" and run.info.run_name == job_id
+    events = EventAccumulator(f"{prefix}/tensorboard")
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss")] == list(range(1, STEPS + 1))
+    assert [m.step for m in mlflow.get_metric_history(run.info.run_id, "loss")] == list(range(1, STEPS + 1))
