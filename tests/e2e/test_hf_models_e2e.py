@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from checkpoints import CheckpointTarget
 from tests.checkpoints.ckpt_harness import init_single_rank
-from tests.e2e.serve_harness import KEY, Server
+from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.workers.hf_ranks import MODEL, hf_llama, tokens
 from workers.spec import JobSpec
 
@@ -132,6 +132,9 @@ def test_fine_tune_from_hugging_face_weights_export_and_load_back(server, tmp_pa
     refused(server.http.post(f"/v1/jobs/{gpt['id']}/exports", json={}), 422, "model",
             "no Hugging Face architecture")
     server.http.post(f"/v1/jobs/{gpt['id']}/cancel")
+    for ended in (fork, gpt):  # nothing left running for the server's stop to wait on
+        server.wait(ended["id"], lambda j: j["state"] in TERMINAL, timeout_s=120)  # 1 step: may
+        # have succeeded before the cancel came
 
 
 @pytest.mark.parametrize("change, status, field, words", [
