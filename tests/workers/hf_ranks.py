@@ -44,13 +44,14 @@ def tokens() -> torch.Tensor:
     return torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(7))
 
 
-def import_and_forward(rank: int, world_size: int, uri: str, out: str) -> None:
-    """Rank `rank` builds the sharded model, fills its shards from `uri`, and
-    writes its logits and how much it read."""
+def import_and_forward(rank: int, world_size: int, uri: str, out: str, tp: int = 1) -> None:
+    """Rank `rank` builds the sharded model (FSDP, or tensor parallel over
+    `tp` ranks), fills its shards from `uri`, and writes its logits and how
+    much it read."""
     from workers.init_weights import HuggingFaceWeights
     from workers.trainer import Trainer
 
-    trainer = Trainer(job_spec())
+    trainer = Trainer(job_spec(parallelism={"tp": tp}, workers=world_size))
     source = HuggingFaceWeights(uri)
     source.fill(trainer.model)
     with torch.no_grad():

@@ -71,6 +71,19 @@ def test_each_of_two_ranks_reads_only_its_half(tmp_path):
         assert read["reads"] == 1 + 2 * 9 + 2  # embedding, 9 a layer, final norm, head
 
 
+def test_tensor_parallel_ranks_read_their_rows_and_columns(tmp_path):
+    """tp 2: q, k, v, gate, up split by rows, o and down by columns (a run per
+    row, read as spans): still about half the bytes each, the same logits."""
+    theirs = hf_llama(tmp_path / "hf", tied=False)
+    run_ranks(import_and_forward, 2, f"file://{tmp_path}/hf", str(tmp_path), 2)
+    expected = expected_logits(theirs)
+    file_bytes = (tmp_path / "hf" / "model.safetensors").stat().st_size
+    for rank in range(2):
+        assert (torch.load(tmp_path / f"logits-{rank}.pt") - expected).abs().max() <= 1e-5
+        read = json.loads((tmp_path / f"read-{rank}.json").read_text())
+        assert read["bytes"] <= 0.75 * file_bytes, read  # norms are replicated: read whole
+
+
 def test_a_job_starts_from_another_jobs_checkpoint_resharded(tmp_path, one_rank):
     """Saved at world size 2, loaded at 1: the model is the source's; the
     optimizer and the data cursor start fresh."""
