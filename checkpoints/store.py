@@ -77,7 +77,12 @@ class CheckpointStore:
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.root = root
-        self.storage_options = dict(storage_options or {})
+        # No listings cache: fsspec shares one filesystem instance per set of
+        # options, so this store, DCP's writer and reader (given these options)
+        # and any other view in the process see one another's writes and
+        # deletes at once (a cached listing hid the `.metadata.tmp` DCP
+        # renames at commit on S3, failing the save).
+        self.storage_options = {**(storage_options or {}), "use_listings_cache": False}
         self._secret = check_secret(secret)
         self.fs, root_path = url_to_fs(root, **self.storage_options)
         self.layout = layout.JobLayout(root_path, tenant, job)
