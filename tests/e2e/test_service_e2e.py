@@ -119,9 +119,11 @@ def test_cancelling_a_running_job_releases_its_workers(server):
             for _ in range(50):
                 os.kill(rank["pid"], 0)
                 time.sleep(0.2)
-    # A finished job cannot be cancelled again: 409 with the reason.
+    # Cancel is idempotent: again, the job as it is; a cancelled job cannot be suspended (409).
     again = server.http.post(f"/v1/jobs/{job['id']}/cancel")
-    assert again.status_code == 409 and "CANCELLED" in again.text
+    assert again.status_code == 200 and again.json()["state"] == "CANCELLED"
+    suspended = server.http.post(f"/v1/jobs/{job['id']}/suspend")
+    assert suspended.status_code == 409 and "CANCELLED" in suspended.text
 
 
 def test_a_server_restart_that_finds_the_workers_gone_resumes_from_the_checkpoint(tmp_path):
