@@ -19,6 +19,7 @@ count what went over the wire, so a test can check a rank read its share.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -329,7 +330,9 @@ def encode_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str] | 
     return struct.pack("<Q", len(text)) + text
 
 
-_HASHER = ThreadPoolExecutor(1, thread_name_prefix="safetensors-sha256")
+@functools.cache
+def _hasher() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix="safetensors-sha256")
 
 
 class SafetensorsWriter:
@@ -363,7 +366,7 @@ class SafetensorsWriter:
     def _write(self, data: bytes | memoryview) -> None:
         # The digest runs beside the write (both release the GIL): the sha256
         # costs no wall time while the disk is the slower of the two.
-        hashed = _HASHER.submit(self._digest.update, data)
+        hashed = _hasher().submit(self._digest.update, data)
         try:
             self._file.write(data)
         finally:

@@ -133,6 +133,36 @@ def test_an_export_loads_in_transformers_with_brigades_logits(tmp_path, one_rank
     assert {e.id for e in exports.list_committed()} == {done["id"], bf16["id"]}
 
 
+def test_import_and_export_through_s3(tmp_path, one_rank, moto_s3, s3_bucket):
+    """The same paths on an object store (moto): ranged reads of the weights,
+    DCP's checkpoint, the export's streamed files and manifest."""
+    import fsspec
+
+    from workers.export import export_checkpoint, export_request
+    from workers.init_weights import HuggingFaceWeights
+    from workers.trainer import Trainer
+
+    root = f"s3://{s3_bucket}/hf-{os.getpid()}-{time.monotonic_ns()}"
+    theirs = hf_llama(tmp_path / "hf")
+    fsspec.filesystem("s3", **moto_s3).put(str(tmp_path / "hf"), f"{root}/hf", recursive=True)
+    target = CheckpointTarget(root=root, tenant="acme", job="j1", secret=SECRET,
+                              storage_options=moto_s3)
+    trainer = Trainer(job_spec(checkpoint={"every_steps": 3}), target)
+    HuggingFaceWeights(f"{root}/hf", moto_s3).fill(trainer.model)
+    with torch.no_grad():
+        assert (trainer.model(tokens()) - expected_logits(theirs)).abs().max() <= 1e-5
+    trainer.run()
+    done = export_checkpoint(export_request(vars(target), trainer.config.model, 3, "float32",
+                                            10**9))
+    exports = target.open_exports()
+    assert [e.id for e in exports.list_committed()] == [done["id"]]
+    out = tmp_path / "back"
+    exports.fs.get(exports.path(done["id"]) + "/", str(out), recursive=True)
+    back = transformers.LlamaForCausalLM.from_pretrained(str(out)).eval()
+    with torch.no_grad():
+        assert (expected_logits(back) - trainer.model(tokens())).abs().max() <= 1e-5
+
+
 KILLED_WRITER = """
 import sys, time, pathlib
 from workers.export import export_checkpoint
