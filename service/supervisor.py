@@ -20,9 +20,9 @@ from checkpoints import CheckpointStore, CheckpointTarget
 from service import service_metrics
 from service.admission import Admission
 from service.exports import ExportService
-from service.data_access import check_data_uri
 from service.fair_share_view import TenantShare, tenant_shares
 from service.init_source import resolve_init
+from service.job_data import check_job_data
 from service.launch import group_name, launch_group
 from service.lifecycle import GroupOutcome
 from service.log_text import printable
@@ -77,8 +77,7 @@ class Supervisor:
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
         spec = resolve_model(spec, tenant, self.settings.resolved_data_uri_root)  # model.config_uri
-        if spec.data.uri is not None:  # the schema allows it with source 'uri' only
-            check_data_uri(spec.data.uri, tenant, self.settings.resolved_data_uri_root)
+        check_job_data(spec, tenant, self.settings.resolved_data_uri_root)  # 422 naming a bad file
         if knobs := spec.operator_only_set():
             raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
                                       "tools (an engine YAML, a benchmark), not by a job")
@@ -397,7 +396,6 @@ class Supervisor:
                                            worker, source)
         if not decision.fits:
             raise SpecError(field, f"{field}: {decision.reason}")
-
 
 
 def _who(tenant: str) -> str:
