@@ -35,6 +35,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+from workers.models.llama import hf_init
 from workers.spec import JobSpec, SpecError
 
 # Wrappers that put a prefix into parameter names (activation checkpointing,
@@ -93,28 +94,18 @@ def seed_of(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def default_init(name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
-    """N(0, 0.02) for matrices, zeros for biases, ones for norms' gains."""
-    if tensor.dim() >= 2:
-        nn.init.normal_(tensor, mean=0.0, std=0.02, generator=generator)
-    elif name.endswith("bias"):
-        nn.init.zeros_(tensor)
-    else:
-        nn.init.ones_(tensor)
-
-
 @dataclass(frozen=True)
 class SeededInit:
     """The default source: each parameter's full value from its own
     generator, seeded by (`seed`, its name), by the model's
-    `init_parameter(name, tensor, generator)` rule (else `default_init`);
+    `init_parameter(name, tensor, generator)` rule (else `hf_init`);
     one parameter in memory at a time; this rank keeps its piece."""
 
     seed: int
 
     def fill(self, model: nn.Module) -> None:
         rule: Callable[[str, torch.Tensor, torch.Generator], None] = getattr(
-            model, "init_parameter", default_init)
+            model, "init_parameter", hf_init)
         for name, tensor in named_tensors(model):
             full = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
             with torch.no_grad():

@@ -20,6 +20,18 @@ from torch import nn
 from workers.spec import ModelSpec
 
 
+def hf_init(name: str, tensor: torch.Tensor, generator: torch.Generator | None) -> None:
+    """N(0, 0.02) for matrices, zeros for biases, ones for norms' gains
+    (Hugging Face's default; also the rule of a family that gives none)."""
+    with torch.no_grad():
+        if tensor.dim() >= 2:
+            nn.init.normal_(tensor, mean=0.0, std=0.02, generator=generator)
+        elif name.endswith("bias"):
+            nn.init.zeros_(tensor)
+        else:
+            nn.init.ones_(tensor)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -182,26 +194,14 @@ class Llama(nn.Module):
         }
 
     def reset_parameters(self) -> None:
-        # Hugging Face's Llama init: N(0, 0.02) for matrices, ones for norms, zero biases.
         for name, p in self.named_parameters():
-            if p.device.type == "meta":
-                continue
-            if p.dim() >= 2:
-                nn.init.normal_(p, mean=0.0, std=0.02)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-            else:
-                nn.init.ones_(p)
+            if p.device.type != "meta":
+                self.init_parameter(name, p.data, None)
 
-    def init_parameter(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
-        """`tensor`'s initial value as the full parameter `name` (workers/build.py):
-        the same rule as `reset_parameters`, from the parameter's own generator."""
-        if tensor.dim() >= 2:
-            nn.init.normal_(tensor, mean=0.0, std=0.02, generator=generator)
-        elif name.endswith("bias"):
-            nn.init.zeros_(tensor)
-        else:
-            nn.init.ones_(tensor)
+    def init_parameter(self, name: str, tensor: torch.Tensor, generator: torch.Generator | None) -> None:
+        """`tensor`'s initial value as the full parameter `name` (workers/build.py
+        passes the parameter's own generator): Hugging Face's Llama init."""
+        hf_init(name, tensor, generator)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.model.embed_tokens(idx)
