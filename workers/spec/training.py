@@ -1,0 +1,152 @@
+"""How a job trains: optimisation (`train`), sharding, tensor parallelism,
+checkpoints, tracking, and where its initial weights come from (`init`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from workers.spec.base import (
+    MAX_WORKERS,
+    OPERATOR_ONLY,
+    Compression,
+    Dtype,
+    Strategy,
+    _Section,
+    _smallest_prime_factor,
+    refusal,
+    split_evenly,
+)
+
+
+class TrainSpec(_Section):
+    steps: Annotated[int, Field(ge=1, le=10_000_000)]
+    # samples per optimizer step, whatever the world size; the ranks split it as
+    # evenly as it goes (8 over 3: 3, 3, 2), each in micro-batches of at most
+    # micro_batch_size (gradient accumulation; unset: one micro-batch)
+    global_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = 8
+    micro_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    lr: Annotated[float, Field(gt=0, le=10)] = 1e-3
+    warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine decays to lr x this
+    weight_decay: Annotated[float, Field(ge=0, le=10)] = 0.1
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    eps: Annotated[float, Field(gt=0, le=1)] = 1e-8
+    grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0  # 0: no clipping
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0  # initial weights and data order
+
+    def rank_batches(self, world_size: int) -> list[int]:
+        """Each rank's samples of a global batch, rank 0 first (`split_evenly`)."""
+        return split_evenly(self.global_batch_size, world_size)
+
+    def per_rank_batch(self, world_size: int) -> int:
+        """The largest rank's share (ceil(global_batch_size / world_size))."""
+        return -(-self.global_batch_size // world_size)
+
+    def accumulation_steps(self, world_size: int) -> int:
+        """Micro-batches per optimizer step, the same on every rank (each runs
+        as many forwards and backwards, so their collectives pair up): enough
+        that the largest share's micro-batches hold at most micro_batch_size."""
+        per_rank = self.per_rank_batch(world_size)
+        return -(-per_rank // (self.micro_batch_size or per_rank))
+
+
+class ShardingSpec(_Section):
+    strategy: Strategy = "full_shard"
+    param_dtype: Dtype = "float32"
+    reduce_dtype: Dtype = "float32"
+    cpu_offload: bool = False
+    activation_checkpointing: bool = False
+    blocks_per_unit: Annotated[int, Field(ge=1, le=512)] = 1  # the wrap unit, in blocks
+    # hybrid_shard only: ranks per shard group (the replicate degree is world / this);
+    # unset: world / its smallest prime factor
+    shard_group_size: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
+    # the gradient reduce-scatter's wire format (workers/compression.py)
+    grad_compression: Compression = "none"
+    # int8 only; off only to measure what the error feedback buys
+    grad_error_feedback: bool = Field(True, json_schema_extra=OPERATOR_ONLY)
+    # explicit all-gather prefetch depth in units; 0: FSDP's implicit one-ahead
+    prefetch_forward: Annotated[int, Field(ge=0, le=64)] = 0
+    prefetch_backward: Annotated[int, Field(ge=0, le=64)] = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ShardingSpec:
+        if self.shard_group_size is not None and self.strategy != "hybrid_shard":
+            raise refusal("shard_group_size", "sharding.shard_group_size is only used with "
+                                              "'hybrid_shard'", self.shard_group_size)
+        if self.grad_compression != "none" and self.strategy == "no_shard":
+            raise refusal("grad_compression", "sharding.grad_compression compresses the "
+                          "gradient reduce-scatter; 'no_shard' has none (it all-reduces)",
+                          self.grad_compression)
+        return self
+
+    def mesh_shape(self, world_size: int) -> tuple[int, ...]:
+        """(replicate, shard) for hybrid_shard and no_shard, (shard,) otherwise."""
+        if self.strategy == "no_shard":
+            return (world_size, 1)
+        if self.strategy == "hybrid_shard":
+            shard = self.shard_group_size or world_size // _smallest_prime_factor(world_size)
+            return (world_size // shard, shard)
+        return (world_size,)
+
+
+class ParallelismSpec(_Section):
+    # tensor parallelism: ranks per TP group (consecutive ranks), the layers'
+    # heads and MLP width split among them; the data-parallel size is world / tp
+    tp: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
+
+    def dp_size(self, world_size: int) -> int:
+        """The data-parallel ranks at `world_size` (what FSDP shards over and the batch splits into)."""
+        return world_size // self.tp
+
+
+class CheckpointSpec(_Section):
+    every_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10  # 0: only when asked to stop
+    keep_last: Annotated[int, Field(ge=1, le=100)] = 3  # committed checkpoints kept
+    async_: bool = Field(False, alias="async")  # train on while shards are written
+
+
+class TrackingSpec(_Section):
+    """Where the job's metrics go besides the service's own store (the
+    operator's MLflow server, BRIGADE_MLFLOW_TRACKING_URI, takes every job's)."""
+
+    tensorboard: bool = False  # TensorBoard event files under the job's storage prefix (tensorboard/)
+
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class InitSpec(_Section):
+    """Where the initial weights come from (unset: seeded random init).
+    `uri`: a Hugging Face model directory (config.json and model.safetensors,
+    or model.safetensors.index.json and its shards) under the tenant's data
+    prefix; `job`: one of the tenant's own jobs, at its committed `step`
+    (unset: its latest, fixed at submit). From a job, the optimizer state and
+    the data cursor start fresh unless asked."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    job: Annotated[str, Field(pattern=JOB_ID_PATTERN)] | None = None
+    step: Annotated[int, Field(ge=0, le=999_999_999)] | None = None
+    resume_optimizer: bool = False  # job only: AdamW's moments and step count too
+    resume_data: bool = False  # job only: continue its data order from its cursor
+
+    @field_validator("uri")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("init.uri must not contain control characters")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InitSpec:
+        if (self.uri is None) == (self.job is None):
+            raise refusal("uri", "init takes exactly one of init.uri (a Hugging Face model "
+                                 "directory) and init.job (one of this tenant's jobs)")
+        if self.uri is not None:
+            for name in ("step", "resume_optimizer", "resume_data"):
+                if name in self.model_fields_set and getattr(self, name):
+                    raise refusal(name, f"init.{name} is used with init.job, not init.uri",
+                                  getattr(self, name))
+        return self
