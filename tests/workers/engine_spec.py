@@ -5,8 +5,12 @@ all divide the batch and a step takes milliseconds."""
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 from workers.spec import JobSpec
+
+if TYPE_CHECKING:
+    from workers.group import WorkerGroup
 
 TINY_MODEL = {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32, "vocab_size": 256}
 
@@ -28,3 +32,23 @@ def engine_spec(steps: int = 20, **sections) -> dict:
 
 def engine_job(steps: int = 20, **sections) -> JobSpec:
     return JobSpec.model_validate(engine_spec(steps, **sections))
+
+
+class Groups:
+    """One live group at a time (the cluster has 4 CPUs), reused across tests."""
+
+    def __init__(self):
+        self.current: WorkerGroup | None = None
+
+    def get(self, world_size: int) -> WorkerGroup:
+        if self.current is None or self.current.num_workers != world_size:
+            from workers.group import WorkerGroup
+
+            self.close()
+            self.current = WorkerGroup(world_size).start()
+        return self.current
+
+    def close(self):
+        if self.current is not None:
+            self.current.shutdown()
+            self.current = None

@@ -9,8 +9,7 @@ from typing import get_args
 
 import pytest
 
-from tests.workers.engine_spec import TINY_MODEL, engine_job, engine_spec
-from workers.group import WorkerGroup
+from tests.workers.engine_spec import TINY_MODEL, Groups, engine_spec
 from workers.local import run_single_process
 from workers.spec import JobSpec, Strategy
 
@@ -28,24 +27,6 @@ def llama_job(**sharding) -> dict:
 
 def losses(metrics):
     return [m["loss"] for m in metrics]
-
-
-class Groups:
-    """One live group at a time (the cluster has 4 CPUs), reused across tests."""
-
-    def __init__(self):
-        self.current: WorkerGroup | None = None
-
-    def get(self, world_size: int) -> WorkerGroup:
-        if self.current is None or self.current.num_workers != world_size:
-            self.close()
-            self.current = WorkerGroup(world_size).start()
-        return self.current
-
-    def close(self):
-        if self.current is not None:
-            self.current.shutdown()
-            self.current = None
 
 
 @pytest.fixture(scope="module")

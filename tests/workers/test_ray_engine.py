@@ -1,12 +1,11 @@
 """The engine in Ray rank actors follows the single-process loss curve, and its
 collectives move what the primer says they should."""
 
-import pytest
-
 from typing import get_args
 
-from tests.workers.engine_spec import TINY_MODEL, engine_job, engine_spec
-from workers.group import WorkerGroup
+import pytest
+
+from tests.workers.engine_spec import TINY_MODEL, Groups, engine_job, engine_spec
 from workers.local import run_single_process
 from workers.spec import Strategy
 
@@ -20,24 +19,6 @@ STEPS = 20
 def job(strategy: str, **sharding) -> dict:
     return engine_spec(STEPS, data={"source": "synthetic"},
                        sharding={"strategy": strategy, **sharding})
-
-
-class Groups:
-    """One live group at a time (the cluster has 4 CPUs), reused across tests."""
-
-    def __init__(self):
-        self.current: WorkerGroup | None = None
-
-    def get(self, world_size: int) -> WorkerGroup:
-        if self.current is None or self.current.num_workers != world_size:
-            self.close()
-            self.current = WorkerGroup(world_size).start()
-        return self.current
-
-    def close(self):
-        if self.current is not None:
-            self.current.shutdown()
-            self.current = None
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from workers.datasets.index import DatasetIndex, join, read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
 from workers.datasets.storage import data_storage_options
-from workers.datasets.text import TEXT_MAX_BYTES, file_format
+from workers.datasets.text import check_text_file
 from workers.datasets.tokenizer import eod_id, load_tokenizer, vocab_size
 from workers.errors import DataError
 from workers.spec import JobSpec, SpecError
@@ -65,20 +65,6 @@ def check_tokenizer(uri: str, model_vocab: int, storage_options: dict | None = N
                              f"model.vocab_size ({model_vocab})")
     eod_id(tokenizer, uri)
     return size
-
-
-def check_text_file(uri: str, storage_options: dict | None = None) -> None:
-    import fsspec
-
-    file_format(uri)
-    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
-    try:
-        size = fs.info(path)["size"]
-    except OSError:
-        raise DataError(uri, "text dataset not found") from None
-    if size > TEXT_MAX_BYTES:
-        raise DataError(uri, f"{size} bytes is more than a text dataset read directly may hold "
-                             f"({TEXT_MAX_BYTES}); prepare it into token shards (brigade data prepare)")
 
 
 def _at(field: str, check) -> None:

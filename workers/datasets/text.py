@@ -105,22 +105,27 @@ def _encoded(tokenizer, docs: list[str], eod: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def check_text_file(uri: str, storage_options: dict | None = None) -> None:
+    """A text dataset one may read directly: a known format, there, and small."""
+    import fsspec
+
+    file_format(uri)
+    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    try:
+        size = fs.info(path)["size"]
+    except OSError:
+        raise DataError(uri, "text dataset not found") from None
+    if size > TEXT_MAX_BYTES:
+        raise DataError(uri, f"{size} bytes is more than a text dataset read directly may hold "
+                             f"({TEXT_MAX_BYTES}); prepare it into token shards (brigade data prepare)")
+
+
 class TextSource:
     """A small text dataset's windows of seq_len + 1 ids, by (seed, index)."""
 
     def __init__(self, uri: str, field: str, tokenizer_uri: str, seed: int, seq_len: int,
                  storage_options: dict | None = None):
-        import fsspec
-
-        fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
-        try:
-            size = fs.info(path)["size"]
-        except FileNotFoundError:
-            raise DataError(uri, "text dataset not found") from None
-        if size > TEXT_MAX_BYTES:
-            raise DataError(uri, f"{size} bytes is more than a text dataset read directly may hold "
-                                 f"({TEXT_MAX_BYTES}); prepare it into token shards "
-                                 "(brigade data prepare)")
+        check_text_file(uri, storage_options)
         tokenizer = load_tokenizer(tokenizer_uri, storage_options)
         self.vocab_size = vocab_size(tokenizer)
         eod = eod_id(tokenizer, tokenizer_uri)
