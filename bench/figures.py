@@ -11,6 +11,7 @@ TITLES = {
     "memory": "Memory: per-rank state vs 16 B/param / N",
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
     "hf_io": "Hugging Face weights: import and export vs raw I/O",
+    "startup": "Start-up: submit -> first step vs Ray Train's TorchTrainer",
     "recovery": "Recovery after a rank is killed",
     "api": "API latency at 100 concurrent clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",

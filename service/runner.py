@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from service import service_metrics
+from service.launch import startup_line, startup_phases
 from service.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at
 from service.recovery import RECOVERY_FIELDS, Interruption
 from service.scheduling.restart import Failure, RestartPolicy
@@ -48,6 +49,7 @@ class Group(Protocol):
     def progress(self, since: int = 0) -> list[dict]: ...
     def output(self) -> list[list[str]]: ...  # each rank's stdout/stderr lines since the last call
     def status(self) -> dict: ...
+    def startup(self) -> dict[str, float]: ...  # when each start-up phase ended ({}: not known)
     def request_stop(self) -> None: ...
     def shutdown(self) -> None: ...
 
@@ -164,11 +166,14 @@ class JobRunner(threading.Thread):
         """Poll the group until it ends, and say how (None: detached first).
         A group asked to stop (preempted, suspended) that has not stopped
         within its grace period is killed."""
-        seen, stop_sent = 0, None
+        seen, stop_sent, startup_due = 0, None, True
         grace = self.control.grace_s(self._job())
         while not self.detach.is_set():
             try:
-                seen += self._record(group.progress(seen))
+                fetched = group.progress(seen)
+                if startup_due:  # the attempt's first new row: where its start-up went
+                    fetched, startup_due = self._note_startup(group, fetched)
+                seen += self._record(fetched)
                 self._record_output(group)  # before the status: a rank that failed said why
                 status = group.status()
             except WorkerGroupError as e:  # a rank failed or was lost, or none answers (hung)
@@ -281,6 +286,19 @@ class JobRunner(threading.Thread):
                              "committed checkpoint, and saves again at the next interval")
         self.store.append_log(self.job_id, lines)
         return len(fetched)
+
+    def _note_startup(self, group: Group, fetched: list[dict]) -> tuple[list[dict], bool]:
+        """The attempt's start-up phases on its first new row (`startup`) and
+        in its log; (the rows, whether that is still to do: no new row yet)."""
+        first = next((i for i, row in enumerate(fetched) if not row.get("replayed")), None)
+        if first is None:
+            return fetched, True
+        phases = startup_phases(group.startup(), fetched[first].get("wall_time", time.time()))
+        if phases:
+            self.store.append_log(self.job_id, [startup_line(self._job().attempt, phases)])
+            fetched = list(fetched)
+            fetched[first] = {**fetched[first], "startup": phases}
+        return fetched, False
 
     def _track(self, job: JobRecord, rows: list[dict]) -> None:
         """The rows to the job's experiment trackers (a failing one is left off, said in its log)."""

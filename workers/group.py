@@ -14,6 +14,7 @@ timeout, so they are killed rather than joined.
 
 from __future__ import annotations
 
+import time
 from typing import overload
 
 import ray
@@ -85,6 +86,8 @@ class WorkerGroup:
         self.node_infos: list[dict] = []
         self._pg: PlacementGroup | None = None
         self._actors: list = []
+        # When each phase of `start` ended (epoch seconds): see `startup`.
+        self.timeline: dict[str, float] = {}
 
     @property
     def actors(self) -> list:
@@ -103,11 +106,15 @@ class WorkerGroup:
         Whatever fails, nothing it created is left behind."""
         if self._pg is not None:
             raise WorkerGroupError("the worker group is already started")
+        self.timeline = {"start": time.time()}
         self._check_capacity()
         try:
             self._reserve()
+            self.timeline["placement_ready"] = time.time()
             self._spawn()
+            self.timeline["actors_ready"] = time.time()
             self._rendezvous()
+            self.timeline["group_formed"] = time.time()
         except BaseException:
             self.shutdown()
             raise
@@ -213,6 +220,19 @@ class WorkerGroup:
                        f"{out['step']} and stopped",
             )
         return out
+
+    def startup(self) -> dict[str, float]:
+        """When each start-up phase ended, epoch seconds: the group's own
+        (start, placement_ready, actors_ready, group_formed) and the ranks'
+        (`RankActor.timeline`: the slowest rank's, as the gang waits for it).
+        Empty for a group this driver did not start."""
+        if not self.timeline:
+            return {}
+        merged = dict(self.timeline)
+        for rank_times in self._answers("timeline"):
+            for phase, at in rank_times.items():
+                merged[phase] = max(at, merged.get(phase, at))
+        return merged
 
     def _where(self, rank: int) -> str:
         info = self.node_infos[rank] if rank < len(self.node_infos) else None

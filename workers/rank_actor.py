@@ -50,6 +50,8 @@ class RankActor:
     def __init__(
         self, rank: int, world_size: int, num_threads: int, sigterm_grace_s: float = SIGTERM_GRACE_S
     ):
+        # When each start-up phase of this rank ended (epoch seconds): `timeline`.
+        self._timeline: dict[str, float] = {"actor_started": time.time()}
         self.rank = rank
         self.world_size = world_size
         self.num_threads = num_threads
@@ -88,6 +90,7 @@ class RankActor:
         """Join the process group; returns the backend (NCCL on a GPU, else gloo)."""
         import torch
 
+        self._timeline.setdefault("torch_imported", time.time())
         torch.set_num_threads(self.num_threads)
         rv = distributed.Rendezvous(
             master_addr=addr,
@@ -97,7 +100,9 @@ class RankActor:
             timeout_s=timeout_s,
         )
         store = self._store if self.rank == 0 else distributed.connect_store(rv)
-        return distributed.init_process_group(rv, store)
+        backend = distributed.init_process_group(rv, store)
+        self._timeline["joined"] = time.time()
+        return backend
 
     def train(
         self, spec: JobSpec, checkpoint: dict | None = None, stop_after: int | None = None
@@ -107,6 +112,7 @@ class RankActor:
         from checkpoints import CheckpointTarget
         from workers.trainer import Trainer
 
+        self._timeline.setdefault("engine_imported", time.time())
         self._metrics, self._state, self._error = [], "running", None
         self._stop_requested = False
         try:
@@ -118,6 +124,7 @@ class RankActor:
                 return rows
             target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
             self._trainer = Trainer(spec, target)
+            self._timeline["built"] = time.time()  # the model built (and a checkpoint loaded)
             # Rows a checkpoint carried (not read before the last group ended)
             # come first, marked: the driver records those it does not have.
             self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
@@ -195,6 +202,12 @@ class RankActor:
         if callable(previous):
             previous(signum, frame)  # Ray's: raises SystemExit, and the worker exits
         os._exit(128 + signum)
+
+    def timeline(self) -> dict[str, float]:
+        """When this rank's start-up phases ended, epoch seconds: actor_started
+        (its constructor ran), torch_imported, joined (the process group),
+        engine_imported, built (the model, and a checkpoint loaded)."""
+        return dict(self._timeline)
 
     def state_digests(self) -> dict[str, str]:
         """Digests of the last trainer's full state (collective: all ranks at once)."""

@@ -88,6 +88,9 @@ class FakeGroup:
     def request_stop(self) -> None:
         self.stop_requested = True
 
+    def startup(self) -> dict[str, float]:
+        return {}  # no phases to tell: the runner logs none
+
     def output(self) -> list[list[str]]:
         return []
 
