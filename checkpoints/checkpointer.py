@@ -7,9 +7,12 @@ Every rank calls every public method, in the same order. A save:
 2. DCP writes each rank's shards and rank 0's `.metadata` (`dcp.save`, or
    `dcp.async_save` on a thread while training goes on, from a staging copy
    of the state that is kept and reused from one async save to the next);
-3. each rank hashes its own files; the digests are gathered;
-4. rank 0 hashes `.metadata` and writes the signed manifest, last: the commit;
-   then retention and the clean-up of torn steps older than it.
+3. the digests of every rank's files are gathered: each rank's writer
+   counted its files' sha256 as it wrote them (`HashingWriter`), so no file
+   is read back;
+4. rank 0 writes the signed manifest, last: the commit. Retention and the
+   clean-up of torn steps older than it run after, on rank 0's housekeeping
+   thread, off the training path (`wait()` and the next save wait for them).
 
 Steps 2-4 of an async save run on a background thread, on the checkpointer's
 own gloo group; at most one save is in flight, and its error is raised by
@@ -28,7 +31,7 @@ from functools import partial
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.stateful import Stateful
@@ -36,6 +39,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from checkpoints import layout
 from checkpoints.collective import CheckpointGroup
 from checkpoints.errors import CheckpointError, CheckpointInvalid
+from checkpoints.hashing_writer import HashingWriter
 from checkpoints.manifest import FileEntry, Manifest, snapshot_extra, utc_now
 from checkpoints.store import CheckpointStore, Rejection
 
@@ -83,6 +87,8 @@ class Checkpointer:
         self._in_flight: tuple[int, Future[Manifest]] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._stager: DefaultStager | None = None
+        self._housekeeper: ThreadPoolExecutor | None = None
+        self._housekeeping: Future[None] | None = None
 
     # -- save ------------------------------------------------------------------
 
@@ -90,11 +96,12 @@ class Checkpointer:
         """Save and commit `step`; returns its manifest. Rank 0's `extra` is recorded."""
         self.wait()
         extra = self._prepare(step, extra)
+        writer = self._writer(step)
 
         def write() -> Metadata:
-            return dcp.save(state_dict, **self._dcp_args(step))
+            return dcp.save(state_dict, storage_writer=writer, **self._dist_args())
 
-        return self._write_and_commit(step, extra, write)
+        return self._write_and_commit(step, extra, write, writer)
 
     def async_save(self, step: int, state_dict: StateDict, *, extra: Extra = None) -> None:
         """Start saving `step` and return once the state is staged (copied):
@@ -117,18 +124,19 @@ class Checkpointer:
             )
         # The state is on CPU once staged: no copy-ahead buffer in the writer
         # (what FileSystemWriter's own stage() sets).
-        writer_args = self._dcp_args(step, per_thread_copy_ahead=0)
+        writer = self._writer(step, per_thread_copy_ahead=0)
         # Staged as plain state dicts: some torch releases' stagers deep-copy a
         # Stateful object itself (and fail on it) instead of its state_dict().
         plain = {key: value.state_dict() if isinstance(value, Stateful) else value
                  for key, value in state_dict.items()}
-        upload = dcp.async_save(plain, async_stager=self._stager, **writer_args)
+        upload = dcp.async_save(plain, async_stager=self._stager, storage_writer=writer,
+                                **self._dist_args())
         # Staged before async_save returns (use_async_staging=False): what comes
         # back is the upload's future, not an AsyncSaveResponse.
         assert isinstance(upload, Future)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
-        commit = self._executor.submit(self._write_and_commit, step, extra, upload.result)
+        commit = self._executor.submit(self._write_and_commit, step, extra, upload.result, writer)
         self._in_flight = (step, commit)
 
     @property
@@ -137,13 +145,19 @@ class Checkpointer:
         return self._in_flight[0] if self._in_flight else None
 
     def wait(self) -> Manifest | None:
-        """Block until the save in flight has committed; returns its manifest
-        (None if there was none), or raises its error on every rank."""
-        if self._in_flight is None:
-            return None
-        _, commit = self._in_flight
-        self._in_flight = None
-        return commit.result()
+        """Block until the save in flight has committed and the housekeeping
+        after the last commit (retention, clean-up) is done; returns the
+        save's manifest (None if there was none), or raises its error on
+        every rank."""
+        manifest = None
+        if self._in_flight is not None:
+            _, commit = self._in_flight
+            self._in_flight = None
+            manifest = commit.result()
+        if self._housekeeping is not None:
+            self._housekeeping.result()  # never raises: `_tidy_after_commit` logs its errors
+            self._housekeeping = None
+        return manifest
 
     # -- load ------------------------------------------------------------------
 
@@ -212,6 +226,8 @@ class Checkpointer:
         finally:
             if self._executor is not None:
                 self._executor.shutdown()
+            if self._housekeeper is not None:
+                self._housekeeper.shutdown()
             if self._stager is not None:
                 self._stager.close()
                 self._stager = None
@@ -228,20 +244,21 @@ class Checkpointer:
         return self.group.on_rank0(f"saving step {step}", check)
 
     def _write_and_commit(
-        self, step: int, extra: dict[str, Any], write: Callable[[], Metadata]
+        self, step: int, extra: dict[str, Any], write: Callable[[], Metadata],
+        writer: HashingWriter,
     ) -> Manifest:
         written_by_all: set[str] = set()  # DCP's global metadata names every rank's files
 
         def write_and_hash() -> dict[str, FileEntry]:
-            """The DCP write, then the digests of this rank's own files."""
+            """The DCP write; the digests of this rank's own files, counted as they were written."""
             metadata = write()
             storage = metadata.storage_data
             if storage is None:  # some torch releases hand back the plan without the files
-                storage = self._reader(step).read_metadata().storage_data
+                storage = FsspecReader(writer.path, **self.store.storage_options).read_metadata().storage_data
             names = {info.relative_path for info in storage.values()}
             written_by_all.update(names)
             own = sorted(n for n in names if n.startswith(layout.rank_file_prefix(self.group.rank)))
-            return self.store.hash_files(step, own)
+            return self._digests(step, writer, own)
 
         per_rank = self.group.agree(f"writing step {step}", write_and_hash)
 
@@ -249,7 +266,7 @@ class Checkpointer:
             files = {name: entry for digests in per_rank for name, entry in digests.items()}
             if written_by_all - files.keys():
                 raise CheckpointError(f"no rank hashed {sorted(written_by_all - files.keys())}")
-            files.update(self.store.hash_files(step, [layout.DCP_METADATA_NAME]))
+            files.update(self._digests(step, writer, [layout.DCP_METADATA_NAME]))
             manifest = Manifest(
                 tenant=self.store.tenant,
                 job=self.store.job,
@@ -260,7 +277,9 @@ class Checkpointer:
                 extra=extra,
             )
             self.store.commit(manifest)
-            self._tidy_after_commit()
+            if self._housekeeper is None:
+                self._housekeeper = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-housekeeping")
+            self._housekeeping = self._housekeeper.submit(self._tidy_after_commit)
             return manifest
 
         return self.group.on_rank0(f"committing step {step}", commit)
@@ -304,10 +323,18 @@ class Checkpointer:
     def _dist_args(self) -> dict[str, Any]:
         return {"process_group": self.group.pg, "no_dist": not self.group.distributed}
 
-    def _dcp_args(self, step: int, **writer_args: Any) -> dict[str, Any]:
+    def _writer(self, step: int, **writer_args: Any) -> HashingWriter:
         uri, options = self.store.step_uri(step), self.store.storage_options
-        writer = FsspecWriter(uri, overwrite=False, **writer_args, **options)
-        return {"storage_writer": writer, **self._dist_args()}
+        return HashingWriter(uri, overwrite=False, **writer_args, **options)
+
+    def _digests(self, step: int, writer: HashingWriter, names: list[str]) -> dict[str, FileEntry]:
+        """The named files' entries as the writer counted them; any it did not
+        write whole (none, with this torch) are hashed from storage."""
+        counted = writer.digests
+        missing = [name for name in names if name not in counted]
+        return {name: counted[name] for name in names if name in counted} | (
+            self.store.hash_files(step, missing) if missing else {}
+        )
 
     def _reader(self, step: int) -> FsspecReader:
         return FsspecReader(self.store.step_uri(step), **self.store.storage_options)

@@ -181,6 +181,9 @@ def blank() -> dict:
 def saved(checkpointer: Checkpointer, *steps: int) -> None:
     for step in steps:
         checkpointer.save(step, state(float(step)), extra={"cursor": step * 10})
+    # Retention and clean-up run after each commit on rank 0's housekeeping
+    # thread; a test that looks at or tampers with the steps next waits for them.
+    checkpointer.wait()
 
 
 # -- tampering, as an attacker or a bad disk would ----------------------------
