@@ -3,18 +3,23 @@ checksums come from the save's own writes and a load's own reads, never from
 a second pass over the files.
 
 `hashlib` releases the GIL on large buffers, and so do file reads and
-writes: a large block is hashed on a helper thread while the caller's I/O of
-that block runs (`Digest.beside`), so on a machine with a spare core the
-sha256 costs no wall time while the I/O is the slower of the two.
+writes, so the sha256 runs on another core while the caller's I/O goes on:
+`Digest.beside` hashes a block while the caller's I/O of that block runs;
+`Digest.later` queues a block on the digest's own thread and returns at
+once, so the hashing also overlaps what the caller does next (serializing
+the next tensor, an fsync). On a machine with a spare core the sha256 then
+costs no wall time while the I/O is the slower of the two.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from checkpoints.manifest import FileEntry
 
@@ -38,6 +43,7 @@ class Digest:
     def __init__(self) -> None:
         self._sha = hashlib.sha256()
         self.size = 0
+        self._lane: _Lane | None = None  # the thread `later` queues blocks on
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
         view = _flat(data)
@@ -57,8 +63,69 @@ class Digest:
             hashed.result()
             self.size += view.nbytes
 
+    def later(self, data: bytes | bytearray | memoryview) -> None:
+        """Hash `data` after the blocks before it, on the digest's own thread;
+        returns at once. The caller must leave a large `data` as it is until
+        `entry()`; a small one is copied."""
+        view = _flat(data)
+        if self._lane is None:
+            if view.nbytes < BESIDE_MIN_BYTES:
+                self.update(view)
+                return
+            self._lane = _Lane(self._sha)
+        self._lane.put(view if view.nbytes >= BESIDE_MIN_BYTES else bytes(view))
+        self.size += view.nbytes
+
     def entry(self) -> FileEntry:
+        """The size and sha256 of everything fed so far (waits for `later`'s blocks)."""
+        if self._lane is not None:
+            self._lane.drain()
         return FileEntry(size=self.size, sha256=self._sha.hexdigest())
+
+    def close(self) -> None:
+        if self._lane is not None:
+            self._lane.close()
+            self._lane = None
+
+
+class _Lane:
+    """One digest's blocks, hashed in order on a thread of its own."""
+
+    def __init__(self, sha: Any) -> None:
+        self._sha = sha
+        self._blocks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="checkpoint-sha256", daemon=True)
+        self._thread.start()
+
+    def put(self, block: Any) -> None:
+        with self._idle:
+            self._pending += 1
+        self._blocks.put(block)
+
+    def drain(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        self._blocks.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (block := self._blocks.get()) is not None:
+            try:
+                if self._error is None:
+                    self._sha.update(block)
+            except BaseException as exc:  # raised to the caller by drain()
+                self._error = exc
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
 
 
 def _flat(data: bytes | bytearray | memoryview) -> memoryview:

@@ -34,7 +34,17 @@ _crc_before = True  # the setting they found
 
 
 class HashingStream(io.RawIOBase):
-    """A write stream that hashes what goes through it (see `checkpoints.digest`)."""
+    """A write stream that hashes what goes through it, in order, on a thread
+    of its own (`Digest.later`): the sha256 of one tensor overlaps the
+    serialization and write of the next, and the file's fsync.
+
+    A large block is hashed from the caller's memory after `write` returns:
+    torch.save hands the zip writer a view of the tensor's own storage, and
+    DCP keeps every tensor of a file alive until the file is closed (its
+    `_write_files_from_queue` holds them in `tensor_dict`), by which time the
+    digest is complete (`close`). The tests check every digest against the
+    file's bytes on storage.
+    """
 
     def __init__(self, raw: Any) -> None:
         super().__init__()
@@ -46,10 +56,15 @@ class HashingStream(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
-        written = self.digest.beside(view, lambda: self._raw.write(view))
-        if written is not None and written != view.nbytes:  # hashed bytes the file did not take
+        written = self._raw.write(view)
+        if written is not None and written != view.nbytes:
             raise OSError(f"short write: {written} of {view.nbytes} bytes")
+        self.digest.later(view)
         return view.nbytes
+
+    def entry(self) -> FileEntry:
+        """The file's size and sha256, once every block written is hashed."""
+        return self.digest.entry()
 
     def tell(self) -> int:
         return int(self._raw.tell())
@@ -62,8 +77,12 @@ class HashingStream(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            super().close()  # flushes the raw stream first
-            self._raw.close()
+            try:
+                self.digest.entry()  # the tensors it reads from are alive until this returns
+            finally:
+                self.digest.close()
+                super().close()  # flushes the raw stream first
+                self._raw.close()
 
 
 class _HashingFileSystem(FileSystem):
@@ -83,10 +102,14 @@ class _HashingFileSystem(FileSystem):
             return
         with super().create_stream(path, mode) as stream:
             hashing = HashingStream(stream)
-            yield hashing
+            try:
+                yield hashing
+                entry = hashing.entry()
+            finally:
+                hashing.close()
         # Reached only when the file was written without error, and closed.
         with self._lock:
-            self.digests[layout.basename(os.fspath(path))] = hashing.digest.entry()
+            self.digests[layout.basename(os.fspath(path))] = entry
 
     def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
         super().rename(path, new_path)
