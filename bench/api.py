@@ -1,38 +1,41 @@
-"""REST API latency at 100 concurrent clients, against `brigade serve` on loopback.
+"""REST API requests/s against a bare FastAPI + SQLAlchemy peer, one client
+and 100 concurrent clients, against `brigade serve` on loopback.
 
-    .venv/bin/python -m bench.api [--clients 100] [--requests 40] [--jobs 500]
+    .venv/bin/python -m bench.api [--clients 100] [--seconds 3] [--rounds 4] [--jobs 500]
 
-Before the server starts, its SQLite store is filled (through `JobStore`,
-the same code the server runs) with `--jobs` finished jobs, so that listing
-and lookups work on a store that is not empty. Then `--clients` concurrent
-clients (asyncio tasks in one process, each with its own keep-alive
-connection) send `--requests` requests each, a fixed mix:
+Before the servers start, Brigade's SQLite store is filled (through
+`JobStore`, the code the server runs) with a tenant and `--jobs` finished jobs
+of it; the peer (`bench.api_peer`: one route reading one row, no auth) serves
+a copy of the same file. Requests carry the tenant's API key, so every
+Brigade request resolves a key to its tenant, as a tenant's client's do.
+The client is `bench.api_client` (raw HTTP/1.1 on asyncio, one keep-alive
+connection per client), the same for both servers; its CPU time is reported.
 
-- `GET /v1/jobs?limit=50` (a page, newest first), 40%;
-- `GET /v1/jobs/{id}` of a random job, 40%;
-- `POST /v1/jobs`, 20%: a tiny job with an `Idempotency-Key` already used, so
-  the server does the whole submit (auth, spec validation, the runnability
-  and capacity checks, the store's transaction) and answers 200 with the
-  existing job rather than starting a new one on these 2 cores.
+One client alone, in `--rounds` rounds of `--seconds` each, the three routes
+taking turns within each round (peer, `GET /v1/jobs/{id}`, `GET /v1/jobs`:
+drift in the machine's load hits all three alike): requests/s, p50, p99;
+each Brigade route's ratio to the peer is the median of its per-round ratios.
+Then `--clients` clients at once, twice over: back to back (a closed loop:
+every client sends its next request when the last is answered) and paced
+(each client pauses a random time between requests, so that together they
+offer half of what the route answered one client at a time).
 
 Per-tenant rate limits would turn most of these into 429s: the bench sets
 `BRIGADE_RATE_LIMIT_PER_S` and `BRIGADE_RATE_LIMIT_BURST` to 10^6.
-Latency is measured by the client, so it includes the client's own event
-loop, which shares the 2 cores with the server (and Ray's idle head).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
+import shutil
 import statistics
 import sys
-import time
 
-import httpx
-
-from bench.report import Figure, cli, load, pyplot, save_plot
-from bench.server import KEY, BrigadeServer
+from bench.api_client import Round, load_round, percentile
+from bench.api_peer import PeerServer
+from bench.figures import TITLES
+from bench.report import Figure, Goal, cli, load, pyplot, save_plot
+from bench.server import BrigadeServer
 
 RATE = "1000000"
 SPEC = {
@@ -41,15 +44,16 @@ SPEC = {
     "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
     "train": {"steps": 10},
 }
-IDEMPOTENCY_KEY = "bench-api-post"
-ROUTES = ("GET /v1/jobs", "GET /v1/jobs/{id}", "POST /v1/jobs (idempotent)")
+TENANT = "bench"
+ROUTES = ("peer GET one row", "GET /v1/jobs/{id}", "GET /v1/jobs")
+RATE_GOAL = 0.8  # each Brigade route's requests/s >= this x the peer's, one client
+P99_GOAL = 3.0  # p99 at `--clients` clients <= this x the one-client p99
 
 
-def fill_store(server: BrigadeServer, jobs: int) -> list[str]:
-    """`jobs` CANCELLED jobs of the admin, one of them under IDEMPOTENCY_KEY."""
+def fill_store(server: BrigadeServer, jobs: int) -> tuple[str, list[str]]:
+    """A tenant and `jobs` CANCELLED jobs of it: (its key, the jobs' ids)."""
     from service.states import JobState
     from service.store import JobStore
-    from service.store.tenants import ADMIN_TENANT
     from workers.spec import JobSpec
 
     store = JobStore(server.database_url)
@@ -57,162 +61,180 @@ def fill_store(server: BrigadeServer, jobs: int) -> list[str]:
     spec = JobSpec.model_validate(SPEC)
     ids = []
     try:
+        _, key = store.tenants.create(TENANT)
         for i in range(jobs):
-            job, _ = store.create_job(tenant=ADMIN_TENANT, name=f"bench-api-{i}", spec=spec,
-                                      idempotency_key=IDEMPOTENCY_KEY if i == 0 else None)
+            job, _ = store.create_job(tenant=TENANT, name=f"bench-api-{i}", spec=spec)
             store.transition(job.id, JobState.CANCELLED, reason="made up by bench.api")
             ids.append(job.id)
     finally:
         store.dispose()
-    return ids
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
-
-
-async def drive(url: str, ids: list[str], clients: int, per_client: int, warmup: int, seed: int):
-    rng = random.Random(seed)
-    headers = {"Authorization": f"Bearer {KEY}"}
-    plans = [[rng.choices(ROUTES, weights=(4, 4, 2))[0] for _ in range(warmup + per_client)]
-             for _ in range(clients)]
-    latencies: dict[str, list[float]] = {r: [] for r in ROUTES}
-    codes: dict[int, int] = {}
-
-    async def one(http: httpx.AsyncClient, route: str) -> tuple[float, int]:
-        start = time.perf_counter()
-        if route == ROUTES[0]:
-            r = await http.get("/v1/jobs", params={"limit": 50})
-        elif route == ROUTES[1]:
-            r = await http.get(f"/v1/jobs/{rng.choice(ids)}")
-        else:
-            r = await http.post("/v1/jobs", json=SPEC, headers={"Idempotency-Key": IDEMPOTENCY_KEY})
-        return time.perf_counter() - start, r.status_code
-
-    start_gate = asyncio.Event()
-    ready = 0
-
-    async def client(plan: list[str]) -> None:
-        nonlocal ready
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as http:
-            for route in plan[:warmup]:  # opens the connection; not timed
-                await one(http, route)
-            ready += 1
-            if ready == clients:
-                start_gate.set()
-            await start_gate.wait()  # all clients start the timed part together
-            for route in plan[warmup:]:
-                seconds, code = await one(http, route)
-                latencies[route].append(seconds)
-                codes[code] = codes.get(code, 0) + 1
-
-    t0 = time.perf_counter()
-    tasks = [asyncio.create_task(client(p)) for p in plans]
-    await start_gate.wait()
-    t_timed = time.perf_counter()
-    await asyncio.gather(*tasks)
-    return latencies, codes, time.perf_counter() - t_timed, t_timed - t0
+    return key, ids
 
 
 def add_args(parser) -> None:
     parser.add_argument("--clients", type=int, default=100)
-    parser.add_argument("--requests", type=int, default=None,
-                        help="timed requests per client (default 40, --quick 5)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="seconds a round (default 3, --quick 1)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="one-client rounds of each route (default 4, --quick 2)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="jobs in the store (default 500, --quick 60)")
 
 
 def run(args) -> Figure:
-    per_client = args.requests or (5 if args.quick else 40)
+    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rounds = args.rounds or (2 if args.quick else 4)
     jobs = args.jobs or (60 if args.quick else 500)
     env = {"BRIGADE_RATE_LIMIT_PER_S": RATE, "BRIGADE_RATE_LIMIT_BURST": RATE}
-    server = BrigadeServer(env=env)
-    ids = fill_store(server, jobs)
-    with server:
-        # One client alone first: what a request costs without queueing, the baseline.
-        solo_before = load()
-        solo, _, solo_wall, _ = asyncio.run(drive(server.url, ids, 1, 5 * per_client, warmup=2,
-                                                  seed=1))
-        solo_load = (solo_before, load())
-        before = load()
-        latencies, codes, wall, warm_s = asyncio.run(
-            drive(server.url, ids, args.clients, per_client, warmup=2, seed=0))
-        after = load()
-    total = sum(len(v) for v in latencies.values())
-    everything = [x for v in latencies.values() for x in v]
-    stats = {route: v for route, v in latencies.items()} | {"all": everything}
-    solo_all = [x for v in solo.values() for x in v]
-    solo_n = len(solo_all)
-    print(f"{total} requests in {wall:.1f} s, codes {codes}", file=sys.stderr)
+    brigade = BrigadeServer(env=env)
+    key, ids = fill_store(brigade, jobs)
+    peer_db = brigade.data_dir / "peer.db"
+    shutil.copyfile(brigade.data_dir / "brigade.db", peer_db)
+    paths = {
+        ROUTES[0]: lambda rng: f"/v1/jobs/{rng.choice(ids)}",
+        ROUTES[1]: lambda rng: f"/v1/jobs/{rng.choice(ids)}",
+        ROUTES[2]: lambda _rng: "/v1/jobs?limit=50",
+    }
+    auth = {"Authorization": f"Bearer {key}"}
+    solo: dict[str, list[Round]] = {r: [] for r in ROUTES}
+    crowd: dict[str, Round] = {}
+    paced: dict[str, Round] = {}
+    with brigade, PeerServer(peer_db, brigade.data_dir / "peer.log") as peer:
+        urls = {ROUTES[0]: peer.url, ROUTES[1]: brigade.url, ROUTES[2]: brigade.url}
+
+        def measure(route: str, clients: int, secs: float, seed: int, think_s: float = 0.0):
+            return asyncio.run(load_round(urls[route], auth, paths[route], clients, secs, seed,
+                                          think_s=think_s))
+
+        load_before = load()
+        for i in range(rounds):
+            order = ROUTES if i % 2 == 0 else ROUTES[::-1]  # each goes first and last alike
+            for route in order:
+                solo[route].append(measure(route, 1, seconds, seed=i))
+        load_solo = load()
+        for route in ROUTES:
+            crowd[route] = measure(route, args.clients, seconds + 1, seed=100)
+        for route in ROUTES:
+            solo_rate = statistics.median(r.rate for r in solo[route])
+            paced[route] = measure(route, args.clients, seconds + 2, seed=200,
+                                   think_s=args.clients / (0.5 * solo_rate))
+        load_after = load()
+    return figure(args, solo, crowd, paced, jobs, seconds, rounds,
+                  (load_before, load_solo, load_after))
+
+
+def pooled(rounds: list[Round]) -> list[float]:
+    return [x for r in rounds for x in r.latencies]
+
+
+def figure(args, solo, crowd, paced, jobs, seconds, rounds, loads) -> Figure:
+    peer = solo[ROUTES[0]]
+    ratios = {route: [b.rate / p.rate for b, p in zip(solo[route], peer, strict=True)]
+              for route in ROUTES[1:]}
+    p99_solo = {route: percentile(pooled(solo[route]), 99) for route in ROUTES}
+    client_us = {route: 1e6 * sum(r.client_cpu_s for r in solo[route])
+                 / max(1, len(pooled(solo[route]))) for route in ROUTES}
     lines = [
         f"`brigade serve` on 127.0.0.1 (one uvicorn process, its local Ray head idle), the store "
-        f"holding {jobs} finished jobs; {args.clients} concurrent clients (asyncio tasks in one "
-        f"process, one keep-alive connection each), {per_client} timed requests each after 2 "
-        f"untimed ones, all clients starting the timed part together: {total} requests in "
-        f"{wall:.1f} s = {total / wall:.0f} requests/s. Rate limit raised for the bench "
-        f"(`BRIGADE_RATE_LIMIT_PER_S={RATE}`, `BRIGADE_RATE_LIMIT_BURST={RATE}`; the default, "
-        "50/s with bursts of 100 per tenant, would answer most of these 429). "
-        f"Status codes: {', '.join(f'{c}: {n}' for c, n in sorted(codes.items()))}. "
-        f"Load average (1 min) {before:.2f} before, {after:.2f} after.",
+        f"holding {jobs} finished jobs of one tenant, every request with that tenant's key; the "
+        "peer (`bench/api_peer.py`): a bare FastAPI app, one sync route that opens a SQLAlchemy "
+        "session and reads one row of a copy of the same SQLite file, served by the same "
+        "uvicorn settings. Client: `bench/api_client.py` (raw HTTP/1.1 on asyncio, keep-alive), "
+        "the same for both. Rate limit raised for the bench "
+        f"(`BRIGADE_RATE_LIMIT_PER_S={RATE}`). Load average (1 min) {loads[0]:.2f} at the "
+        f"start, {loads[1]:.2f} after the one-client rounds, {loads[2]:.2f} at the end.",
         "",
-        "| route | requests | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) | mean (ms) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"One client, {rounds} rounds of {seconds:g} s per route, the routes taking turns "
+        "within each round:",
+        "",
+        "| route | requests/s (median of rounds) | vs the peer (median, range) | p50 (ms) "
+        "| p99 (ms) | client CPU (us a request) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for route, v in stats.items():
-        lines.append(f"| {route} | {len(v)} | {percentile(v, 50) * 1e3:.0f} "
-                     f"| {percentile(v, 90) * 1e3:.0f} | {percentile(v, 99) * 1e3:.0f} "
-                     f"| {max(v) * 1e3:.0f} | {statistics.mean(v) * 1e3:.0f} |")
-    png = plot(stats, args.clients, args.png_dir / "api_latency.png")
+    for route in ROUTES:
+        v = pooled(solo[route])
+        rate = statistics.median(r.rate for r in solo[route])
+        vs = "1" if route == ROUTES[0] else (
+            f"{statistics.median(ratios[route]):.2f}x ({min(ratios[route]):.2f}-"
+            f"{max(ratios[route]):.2f})")
+        lines.append(f"| {route} | {rate:.0f} | {vs} | {percentile(v, 50) * 1e3:.2f} "
+                     f"| {p99_solo[route] * 1e3:.2f} | {client_us[route]:.0f} |")
     lines += [
         "",
-        f"Baseline, one client alone just before (same server, same mix, {solo_n} requests in "
-        f"{solo_wall:.1f} s, load {solo_load[0]:.2f} / {solo_load[1]:.2f}): p50 "
-        f"{percentile(solo_all, 50) * 1e3:.1f} ms, p99 {percentile(solo_all, 99) * 1e3:.1f} ms, "
-        f"{solo_n / solo_wall:.0f} requests/s. At {args.clients} clients, p50 is "
-        f"{percentile(everything, 50) / percentile(solo_all, 50):.0f}x and p99 "
-        f"{percentile(everything, 99) / percentile(solo_all, 99):.0f}x the lone client's, and "
-        f"throughput {(total / wall) / (solo_n / solo_wall):.2f}x: where that is near 1x, the "
-        "server was already as busy as it gets here with one client, and more clients only "
-        "queue.",
+        f"{args.clients} clients at once, back to back (closed loop), and paced to offer half "
+        "the route's one-client requests/s (each client pausing a random, exponentially "
+        "distributed time between requests):",
         "",
-        f"With {args.clients} requests always in flight, latency is mostly queueing: by Little's "
-        f"law the mean is about clients / throughput = {args.clients / (total / wall) * 1e3:.0f} "
-        "ms here. The server runs the synchronous routes in a thread pool under one Python "
-        "interpreter, so on 2 shared cores the throughput, not a single request's work, sets "
-        "these figures. No latency goal has been set for the API.",
-        "",
-        f"![API latency distribution]({png})",
+        "| route | load | requests/s | p50 (ms) | p99 (ms) | p99 / one-client p99 | 5xx |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    p50, p99 = percentile(everything, 50) * 1e3, percentile(everything, 99) * 1e3
+    for kind, table in (("back to back", crowd), ("paced, half load", paced)):
+        for route in ROUTES:
+            r = table[route]
+            lines.append(f"| {route} | {kind} | {r.rate:.0f} | "
+                         f"{percentile(r.latencies, 50) * 1e3:.1f} | "
+                         f"{percentile(r.latencies, 99) * 1e3:.1f} | "
+                         f"{percentile(r.latencies, 99) / p99_solo[route]:.1f}x | "
+                         f"{r.server_errors} |")
+    codes = {route: {**crowd[route].codes} for route in ROUTES}
+    print(f"codes (back to back): {codes}", file=sys.stderr)
+    png = plot(solo, crowd, paced, args.clients, args.png_dir / "api_latency.png")
+    lines += [
+        "",
+        f"Back to back, {args.clients} requests are always in flight: by Little's law each "
+        f"waits about {args.clients} / throughput, for the peer as for Brigade "
+        f"({args.clients / crowd[ROUTES[0]].rate * 1e3:.0f} ms at the peer's "
+        f"{crowd[ROUTES[0]].rate:.0f} requests/s). A server on one interpreter answers one "
+        "request at a time, so its p99 there is ~clients x its one-client latency whatever it "
+        "does per request: the closed-loop p99 goal cannot be met by any server on these "
+        "2 cores, the peer included (its ratio is in the table). Paced at half load, "
+        "requests queue only behind the few that arrive together.",
+        "",
+        f"![API latency]({png})",
+    ]
+    goals = []
+    for route in ROUTES[1:]:
+        ratio = statistics.median(ratios[route])
+        goals.append(Goal(f"{route} >= {RATE_GOAL}x the peer's requests/s (one client)",
+                          f"{ratio:.2f}x", ratio >= RATE_GOAL))
+    for kind, table in (("back to back", crowd), ("paced at half load", paced)):
+        worst = max(percentile(table[r].latencies, 99) / p99_solo[r] for r in ROUTES[1:])
+        errors = sum(table[r].server_errors for r in ROUTES[1:])
+        goals.append(Goal(f"{args.clients} clients {kind}: p99 <= {P99_GOAL:g}x the one-client "
+                          "p99, no 5xx", f"{worst:.1f}x, {errors} 5xx",
+                          worst <= P99_GOAL and errors == 0))
+    head = ", ".join(f"{r} {statistics.median(ratios[r]):.2f}x" for r in ROUTES[1:])
     return Figure(
-        name="api", title="API latency at 100 concurrent clients",
-        command=f".venv/bin/python -m bench.api --clients {args.clients} --requests {per_client} "
-                f"--jobs {jobs}",
+        name="api", title=TITLES["api"],
+        command=f".venv/bin/python -m bench.api --clients {args.clients} --seconds {seconds:g} "
+                f"--rounds {rounds} --jobs {jobs}",
         body="\n".join(lines) + "\n",
-        headline=f"all routes: p50 {p50:.0f} ms, p99 {p99:.0f} ms at {args.clients} clients, "
-                 f"{total / wall:.0f} req/s",
-        goals=[],
+        headline=f"one client, requests/s vs the peer: {head}; {args.clients} clients paced: "
+                 f"p99 {percentile(paced[ROUTES[1]].latencies, 99) * 1e3:.1f} ms "
+                 f"({ROUTES[1]})",
+        goals=goals,
         pngs=[png],
     )
 
 
-def plot(stats: dict[str, list[float]], clients: int, path) -> str:
+def plot(solo, crowd, paced, clients: int, path) -> str:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    for route, v in stats.items():
-        xs = sorted(x * 1e3 for x in v)
-        ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        ax.plot(xs, ys, label=f"{route}: p50 {percentile(v, 50) * 1e3:.0f}, "
-                f"p99 {percentile(v, 99) * 1e3:.0f} ms", lw=2 if route == "all" else 1)
-    ax.axhline(0.5, color="gray", lw=0.5)
-    ax.axhline(0.99, color="gray", lw=0.5)
-    ax.set_xscale("log")
-    ax.set_xlabel("latency (ms, log scale)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_title(f"brigade serve on loopback, {clients} concurrent clients", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, title, tables in ((axes[0], "one client", {r: pooled(solo[r]) for r in ROUTES}),
+                              (axes[1], f"{clients} clients, paced at half load",
+                               {r: paced[r].latencies for r in ROUTES})):
+        for route, v in tables.items():
+            xs = sorted(x * 1e3 for x in v)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.plot(xs, ys, label=f"{route}: p50 {percentile(v, 50) * 1e3:.1f}, "
+                    f"p99 {percentile(v, 99) * 1e3:.1f} ms")
+        ax.axhline(0.99, color="gray", lw=0.5)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ms, log scale)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
     return save_plot(fig, path)
 
 

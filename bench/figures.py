@@ -13,7 +13,7 @@ TITLES = {
     "hf_io": "Hugging Face weights: import and export vs raw I/O",
     "startup": "Start-up: submit -> first step vs Ray Train's TorchTrainer",
     "recovery": "Recovery after a rank is killed",
-    "api": "API latency at 100 concurrent clients",
+    "api": "API: requests/s vs a bare FastAPI peer, latency at 100 clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
     "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
     "data": "Data: token shards' wait per step, a rank's memory, preparation on Ray",
