@@ -12,9 +12,17 @@ from service.log_text import printable
 class PrintableArgs(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(a if isinstance(a, (int, float)) else printable(a, 2048)
-                                for a in record.args)
+            record.args = tuple(a if _plain(a) else printable(a, 2048) for a in record.args)
         return True
+
+
+def _plain(arg: object) -> bool:
+    """Safe as it is: a number, or short text with no control or line-separator
+    character (`str.isprintable` is false for each of them), as nearly every
+    request's method, path and address are; the rest goes through `printable`."""
+    if isinstance(arg, (int, float)):
+        return True
+    return isinstance(arg, str) and len(arg) <= 2048 and arg.isprintable()
 
 
 def install() -> None:

@@ -23,6 +23,9 @@ HTTP_METRICS = (REQUESTS, LATENCY)
 class RequestMetrics:
     def __init__(self, app):
         self.app = app
+        # (method, route, status) -> its counter and histogram: `labels()` looks
+        # them up under a lock and from keyword arguments, each request
+        self._series: dict[tuple[str, str, str], tuple] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -39,6 +42,9 @@ class RequestMetrics:
             await self.app(scope, receive, sending)
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            labels = {"method": scope["method"], "route": route, "status": str(status[0])}
-            REQUESTS.labels(**labels).inc()
-            LATENCY.labels(**labels).observe(time.perf_counter() - started)
+            key = (scope["method"], route, str(status[0]))
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = (REQUESTS.labels(*key), LATENCY.labels(*key))
+            series[0].inc()
+            series[1].observe(time.perf_counter() - started)

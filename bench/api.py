@@ -33,6 +33,7 @@ import sys
 
 from bench.api_client import Round, load_round, percentile
 from bench.api_peer import PeerServer
+from bench.api_profile import have_py_spy, profile, server_cpu_ms, table
 from bench.figures import TITLES
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 from bench.server import BrigadeServer
@@ -46,6 +47,15 @@ SPEC = {
 }
 TENANT = "bench"
 ROUTES = ("peer GET one row", "GET /v1/jobs/{id}", "GET /v1/jobs")
+# The same profile before issue 18's changes (commit 36bd2f9; one client, a tenant's key):
+BEFORE = """Before (commit 36bd2f9: five thread-pool hops a request, the key looked up in
+the database through an ORM session on every request, the job read through an ORM session
+in a transaction, the answer validated twice): `GET /v1/jobs/{id}` 238 requests/s, 3.81 ms
+of the server's CPU a request, of which auth and the key lookup 18.5% (704 us), the job
+read 25.1% (956 us), thread pool hops 17.7% (674 us), HTTP 9.4% (360 us), serialisation
+5.8% (223 us), FastAPI's dependencies 4.9% (185 us), routing and middleware 6.8% (258 us),
+the access log 3.3% (126 us), request metrics 1.3% (48 us), the rate limiter 0.3% (11 us),
+the event loop and the rest 7.0% (269 us)."""
 RATE_GOAL = 0.8  # each Brigade route's requests/s >= this x the peer's, one client
 P99_GOAL = 3.0  # p99 at `--clients` clients <= this x the one-client p99
 
@@ -118,16 +128,29 @@ def run(args) -> Figure:
             solo_rate = statistics.median(r.rate for r in solo[route])
             paced[route] = measure(route, args.clients, seconds + 2, seed=200,
                                    think_s=args.clients / (0.5 * solo_rate))
+        pids = {ROUTES[0]: peer.pid, ROUTES[1]: brigade.pid, ROUTES[2]: brigade.pid}
+        profiles = {route: profile_route(urls[route], pids[route], auth, paths[route], seconds,
+                                         brigade.data_dir / f"spy-{i}.txt")
+                    for i, route in enumerate(ROUTES)}
         load_after = load()
-    return figure(args, solo, crowd, paced, jobs, seconds, rounds,
+    return figure(args, solo, crowd, paced, profiles, jobs, seconds, rounds,
                   (load_before, load_solo, load_after))
+
+
+def profile_route(url, pid, auth, paths, seconds, raw) -> tuple[float, str]:
+    """(the server's CPU ms a request, the parts of it as a table; py-spy's)."""
+    _, cpu_ms = server_cpu_ms(url, pid, auth, paths, seconds)
+    if not have_py_spy():
+        return cpu_ms, "(py-spy is not installed: no profile)"
+    found, total = profile(url, pid, auth, paths, 2 * seconds + 1, raw)
+    return cpu_ms, "\n".join(table(found, total, cpu_ms))
 
 
 def pooled(rounds: list[Round]) -> list[float]:
     return [x for r in rounds for x in r.latencies]
 
 
-def figure(args, solo, crowd, paced, jobs, seconds, rounds, loads) -> Figure:
+def figure(args, solo, crowd, paced, profiles, jobs, seconds, rounds, loads) -> Figure:
     peer = solo[ROUTES[0]]
     ratios = {route: [b.rate / p.rate for b, p in zip(solo[route], peer, strict=True)]
               for route in ROUTES[1:]}
@@ -178,6 +201,19 @@ def figure(args, solo, crowd, paced, jobs, seconds, rounds, loads) -> Figure:
                          f"{r.server_errors} |")
     codes = {route: {**crowd[route].codes} for route in ROUTES}
     print(f"codes (back to back): {codes}", file=sys.stderr)
+    lines += [
+        "",
+        "Where a request's time goes (`bench/api_profile.py`: py-spy samples of the server "
+        "holding the interpreter, one client; each sample put in the first part of the list "
+        "that one of its frames belongs to; a share times the server's CPU time a request, "
+        "measured unprofiled just before). The peer "
+        f"spends {profiles[ROUTES[0]][0]:.2f} ms of CPU a request; Brigade "
+        f"{profiles[ROUTES[1]][0]:.2f} ms on `GET /v1/jobs/{{id}}` and "
+        f"{profiles[ROUTES[2]][0]:.2f} ms on `GET /v1/jobs` (a page of 50).",
+    ]
+    for route in ROUTES:
+        lines += ["", f"{route}:", "", profiles[route][1]]
+    lines += ["", BEFORE]
     png = plot(solo, crowd, paced, args.clients, args.png_dir / "api_latency.png")
     lines += [
         "",

@@ -94,6 +94,11 @@ class PeerServer:
                 raise RuntimeError("bench.api_peer did not come up in 60 s")
             time.sleep(0.2)
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def __exit__(self, *exc) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -91,12 +91,19 @@ def server_cpu_ms(url: str, pid: int, auth: dict, paths, seconds: float) -> tupl
     return result.rate, (cpu_seconds(pid) - before) * 1e3 / len(result.latencies)
 
 
+def have_py_spy() -> bool:
+    return Path(spy_binary()).exists()
+
+
+def spy_binary() -> str:
+    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+
+
 def profile(url: str, pid: int, auth: dict, paths, seconds: float, out: Path) -> tuple[Counter, int]:
     """py-spy the server `pid` while one client loads it for `seconds`."""
     from bench.api_client import load_round
 
-    spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    spy = subprocess.Popen([spy_bin, "record", "--pid", str(pid), "--rate", "400", "--gil",
+    spy = subprocess.Popen([spy_binary(), "record", "--pid", str(pid), "--rate", "400", "--gil",
                             "--threads", "--format", "raw", "--output", str(out), "--duration",
                             str(int(seconds)), "--nonblocking"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

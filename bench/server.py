@@ -38,6 +38,11 @@ class BrigadeServer:
         self.log = self.data_dir / "serve.log"
 
     @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    @property
     def database_url(self) -> str:
         return f"sqlite:///{self.data_dir.resolve() / 'brigade.db'}"
 

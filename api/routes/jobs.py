@@ -9,8 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from api.audit import Audit
-from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep
+from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep, read
 from api.errors import ApiError
+from api.responses import json_of
 from api.schemas import (
     CheckpointPublic,
     ErrorPublic,
@@ -64,8 +65,8 @@ def submit_job(
     return JobPublic.model_validate(job)
 
 
-@router.get("")
-def list_jobs(
+@router.get("", response_model=JobsPublic)
+async def list_jobs(
     tenant: CurrentTenant,
     store: StoreDep,
     state: Annotated[list[str] | None, Query(description="repeated or comma-separated")] = None,
@@ -75,19 +76,21 @@ def list_jobs(
     of_tenant: Annotated[str | None, Query(
         alias="tenant", max_length=128,
         description="the admin: only this tenant's jobs (default: every tenant's)")] = None,
-) -> JobsPublic:
+) -> Response:
     """A tenant's own jobs; for the admin key, every tenant's (or `tenant`'s)."""
     owner = listed_tenant(tenant, of_tenant)
-    items, total = store.list_jobs(tenant=owner, states=parse_states(state), limit=limit,
-                                   offset=offset, name=name)
-    return JobsPublic(items=[JobPublic.model_validate(j) for j in items],
-                      total=total, limit=limit, offset=offset)
+    items, total = await read(store, store.list_jobs, tenant=owner, states=parse_states(state),
+                              limit=limit, offset=offset, name=name)
+    page = JobsPublic.model_validate(  # the whole page in one call into pydantic's core
+        {"items": items, "total": total, "limit": limit, "offset": offset}, from_attributes=True)
+    return json_of(page)
 
 
-@router.get("/{job_id}")
-def get_job(job: OwnedJob, supervisor: SupervisorDep) -> JobPublic:
+@router.get("/{job_id}", response_model=JobPublic)
+async def get_job(job: OwnedJob, supervisor: SupervisorDep) -> Response:
     public = JobPublic.model_validate(job)
-    return public.model_copy(update={"waiting": supervisor.waiting_reason(job.id)})
+    public.waiting = supervisor.waiting_reason(job.id)
+    return json_of(public)
 
 
 @router.post("/{job_id}/cancel")

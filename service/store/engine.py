@@ -7,7 +7,9 @@ handling (before Python 3.12) begins nothing for a SELECT, so a
 read-then-write could upgrade a stale read lock and fail at once with
 "database is locked". Instead every read transaction is a plain `BEGIN` and
 every write transaction a `BEGIN IMMEDIATE`: writers queue on the busy timeout
-and each sees the latest committed state.
+and each sees the latest committed state. A read of one statement
+(`single_reads`) begins nothing on SQLite: one SELECT is consistent by itself,
+and BEGIN and COMMIT would be two more round trips through the driver.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sqlalchemy.orm import Session
 
 BUSY_TIMEOUT_MS = 30_000
 _WRITE = "brigade_write"  # an execution option: this connection will write
+_SINGLE = "brigade_single_read"  # an execution option: one SELECT, no transaction needed
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -44,6 +47,12 @@ def build_engines(url: str | URL) -> tuple[Engine, Engine]:
     else:
         engine = create_engine(url, pool_pre_ping=True, json_serializer=_strict_json)
     return engine, engine.execution_options(**{_WRITE: True})
+
+
+def single_reads(reader: Engine) -> Engine:
+    """The reader for one-statement reads (`_on_begin`: no BEGIN on SQLite;
+    elsewhere the driver's own implicit transaction)."""
+    return reader.execution_options(**{_SINGLE: True})
 
 
 @contextmanager
@@ -84,7 +93,10 @@ def _sqlite_engine(url: URL) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:
-        write = connection.get_execution_options().get(_WRITE, False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        options = connection.get_execution_options()
+        if options.get(_WRITE, False):
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        elif not options.get(_SINGLE, False):
+            connection.exec_driver_sql("BEGIN")
 
     return engine

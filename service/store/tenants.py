@@ -28,6 +28,7 @@ from service.scheduling import Quota, TenantPolicy
 from service.states import TERMINAL
 from service.store.engine import transaction
 from service.store.errors import TenantBusy, TenantExists, TenantNotFound
+from service.store.key_cache import KeyCache
 from service.store.models import Job, Tenant, utcnow
 from service.store.records import TenantRecord
 from workers.spec import MAX_PRIORITY
@@ -59,6 +60,7 @@ class TenantStore:
 
     def __init__(self, reader: Engine, writer: Engine):
         self._reader, self._writer = reader, writer
+        self._keys = KeyCache()
 
     def create(self, name: str, *, quota: Mapping | None = None, max_priority: int = MAX_PRIORITY,
                weight: float = 1.0) -> tuple[TenantRecord, str]:
@@ -113,6 +115,8 @@ class TenantStore:
             tenant = session.get(Tenant, tenant_id, with_for_update=True)
             if tenant is None:
                 raise TenantNotFound(tenant_id)
+            name = tenant.name
+            self._keys.forget_tenant(name)  # a lookup racing this one keeps no answer
             terminal = [s.value for s in TERMINAL]
             unfinished = session.scalar(select(func.count()).select_from(Job).where(
                 Job.tenant == tenant.name, Job.state.not_in(terminal)))
@@ -121,6 +125,7 @@ class TenantStore:
             session.execute(delete(Job).where(Job.tenant == tenant.name),  # history cascades
                             execution_options={"synchronize_session": False})
             session.delete(tenant)
+        self._keys.forget_tenant(name)  # committed: nothing cached of the old row is left
 
     def rotate_key(self, tenant_id: str) -> tuple[TenantRecord, str]:
         """A new key for the tenant; the old one stops working with this commit."""
@@ -133,7 +138,10 @@ class TenantStore:
             ).one_or_none()
             if tenant is None:
                 raise TenantNotFound(tenant_id)
-            return tenant.to_record(), key
+            record = tenant.to_record()
+            self._keys.forget_tenant(record.name)  # a lookup racing this one keeps no answer
+        self._keys.forget_tenant(record.name)  # committed: the old key is refused from here on
+        return record, key
 
     def tenant_for_key(self, key: str) -> TenantRecord | None:
         """The tenant whose key this is, or None."""
@@ -147,6 +155,25 @@ class TenantStore:
             if tenant is None or not hmac.compare_digest(key_hash(key), tenant.key_hash):
                 return None
             return tenant.to_record()
+
+    def name_for_key(self, key: str) -> str | None:
+        """The name of the tenant whose key this is, or None: what a request
+        needs of its key, answered from `KeyCache` for a few seconds after a
+        lookup (a rotation or deletion here forgets it at once)."""
+        hashed = key_hash(key)
+        if (name := self._keys.get(hashed)) is not None:
+            return name
+        generation = self._keys.generation
+        tenant = self.tenant_for_key(key)
+        if tenant is None:
+            return None
+        self._keys.put(hashed, tenant.name, generation)
+        return tenant.name
+
+    def cached_name_for_key(self, key: str) -> str | None:
+        """`name_for_key` from the cache alone (never the database): None
+        where it would have to look."""
+        return self._keys.get(key_hash(key))
 
     def _one(self, query) -> TenantRecord | None:
         with transaction(self._reader) as session:
