@@ -117,6 +117,7 @@ def test_a_tenant_key_works_and_only_the_admin_manages_tenants(http, as_key):
 
 def test_rotation_stops_the_old_key_at_once(http, as_key):
     tenant = create(http)
+    assert as_key(tenant.api_key).get("/v1/jobs").status_code == 200  # the key cache holds it now
     response = http.post(f"/v1/tenants/{tenant.id}/keys")
     assert response.status_code == 201
     rotated = TenantKey.model_validate(response.json())
