@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from api.audit import Audit
 from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep, read
 from api.errors import ApiError
+from api.job_json import JobJson
 from api.responses import json_of
 from api.schemas import (
     CheckpointPublic,
@@ -35,6 +36,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
 Index = Annotated[int, Query(ge=0, le=MAX_INDEX)]
+_JOB_JSON = JobJson()  # each listed job's JSON, kept while it does not change
 
 
 @router.post("", status_code=201, response_model=JobPublic,
@@ -81,9 +83,7 @@ async def list_jobs(
     owner = listed_tenant(tenant, of_tenant)
     items, total = await read(store, store.list_jobs, tenant=owner, states=parse_states(state),
                               limit=limit, offset=offset, name=name)
-    page = JobsPublic.model_validate(  # the whole page in one call into pydantic's core
-        {"items": items, "total": total, "limit": limit, "offset": offset}, from_attributes=True)
-    return json_of(page)
+    return Response(_JOB_JSON.page(items, total, limit, offset), media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobPublic)
