@@ -16,9 +16,13 @@ Every rank calls every public method, in the same order. A save:
 
 Steps 2-4 of an async save run on a background thread, on the checkpointer's
 own gloo group; at most one save is in flight, and its error is raised by
-`wait()` or by the next call. A load verifies the candidate step's signature
-(rank 0) and every file's checksum (the files shared out among the ranks)
-before DCP reads anything: DCP's `.metadata` is a pickle.
+`wait()` or by the next call. A load checks the candidate step's signature
+(rank 0) and the sha256 of `.metadata` (a pickle) before DCP reads anything,
+and every other file's as DCP reads it, each file hashed by one rank
+(`VerifyingReader`). A step whose file fails is passed over for the next
+older one, which DCP reads over the whole state; if none loads, the state
+holds part of a failed step, and the load raises rather than report a
+fresh start.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from checkpoints.errors import CheckpointError, CheckpointInvalid
 from checkpoints.hashing_writer import HashingWriter
 from checkpoints.manifest import FileEntry, Manifest, snapshot_extra, utc_now
 from checkpoints.store import CheckpointStore, Rejection
+from checkpoints.verifying_reader import VerifyingReader, load_verified
 
 logger = logging.getLogger(__name__)
 
@@ -172,24 +177,25 @@ class Checkpointer:
         )
         skipped = list(rejected)
         loaded = None
+        touched = False  # a step that failed had been read, in part, into the state
         for manifest in reversed(committed):
-            reasons = self._verify_shared_out(manifest)
-            if reasons:
-                skipped.append(Rejection(manifest.step, "; ".join(reasons)))
-                continue
-            reader = self._reader(manifest.step)
-            self.group.agree(
-                f"loading step {manifest.step}",
-                partial(dcp.load, state_dict, storage_reader=reader, **self._dist_args()),
-            )
-            loaded = manifest
-            break
+            reasons, read = self._load_verified(manifest, state_dict)
+            if not reasons:
+                loaded = manifest
+                break
+            skipped.append(Rejection(manifest.step, "; ".join(reasons)))
+            touched = touched or read
         passed_over = sorted(
             (r for r in skipped if loaded is None or r.step > loaded.step), key=lambda r: r.step
         )
         self._log_passed_over(passed_over)
-        if loaded is None and step is not None:
-            raise CheckpointInvalid("; ".join(r.reason for r in skipped))
+        if loaded is None and (step is not None or touched):
+            why = "; ".join(r.reason for r in skipped)
+            if step is None:
+                # Not a fresh start: the tensors hold part of a step that failed.
+                why += ("; no older step verifies, and the state was partly overwritten "
+                        "by the step that failed: it must not be used")
+            raise CheckpointInvalid(why)
         return None if loaded is None else LoadResult(loaded, passed_over)
 
     def resume(self, state_dict: StateDict) -> LoadResult | None:
@@ -302,14 +308,20 @@ class Checkpointer:
         except CheckpointInvalid as exc:
             return [], [Rejection(step, str(exc))]
 
-    def _verify_shared_out(self, manifest: Manifest) -> list[str]:
-        """Every file's checksum, each rank hashing its share; all ranks get
-        every reason, so they all take the same decision."""
-        names = sorted(manifest.files)[self.group.rank :: self.group.world_size]
+    def _load_verified(self, manifest: Manifest, state_dict: StateDict) -> tuple[list[str], bool]:
+        """Load the step into `state_dict`, every file checked as it is read
+        (`VerifyingReader`): ([], True) once loaded; else the reasons its files
+        failed, and whether DCP had begun reading into the state. Every rank
+        gets every reason, so they all take the same decision."""
+        step = manifest.step
+        reader = VerifyingReader(self.store.step_uri(step), manifest, **self.store.storage_options)
+        per_rank = self.group.agree(f"verifying step {step}", reader.verify_metadata)
+        if reasons := sorted({reason for rank in per_rank for reason in rank}):
+            return reasons, False  # before DCP unpickled or read anything
         per_rank = self.group.agree(
-            f"verifying step {manifest.step}", lambda: self.store.verify_files(manifest, names)
+            f"loading step {step}", partial(load_verified, state_dict, reader, **self._dist_args())
         )
-        return [reason for reasons in per_rank for reason in reasons]
+        return sorted({reason for rank in per_rank for reason in rank}), True
 
     def _log_passed_over(self, rejections: list[Rejection]) -> None:
         if self.group.rank != 0:
@@ -335,6 +347,3 @@ class Checkpointer:
         return {name: counted[name] for name in names if name in counted} | (
             self.store.hash_files(step, missing) if missing else {}
         )
-
-    def _reader(self, step: int) -> FsspecReader:
-        return FsspecReader(self.store.step_uri(step), **self.store.storage_options)
