@@ -164,6 +164,22 @@ def load_and_compare(rank: int, world_size: int, store_kwargs: dict, expected_pa
     ckpt.close()
 
 
+def load_falls_back_past_a_corrupt_shard(rank: int, world_size: int, store_kwargs: dict,
+                                         expected_path: str) -> None:
+    """Step 2's `__1_0.distcp` has a flipped byte: whichever rank verifies it,
+    every rank passes over step 2 and loads step 1 over the whole state."""
+    expected = torch.load(expected_path)
+    model, optimizer = build(world_size, seed=1234)
+    ckpt = checkpointer(store_kwargs)
+    result = ckpt.load({"train": ModelAndOptimizer(model, optimizer)})
+    assert result.step == 1, result
+    assert [(r.step, r.reason) for r in result.skipped] == [
+        (2, "step 2: file __1_0.distcp sha256 mismatch")
+    ]
+    assert_bitwise_equal(full_state(model, optimizer), expected[1])
+    ckpt.close()
+
+
 # -- single-process state -----------------------------------------------------
 
 

@@ -6,7 +6,14 @@ local directory and on S3 (moto), with real gloo process groups."""
 from __future__ import annotations
 
 import pytest
-from ckpt_harness import SECRET, load_and_compare, run_ranks, save_sync_then_async
+from ckpt_harness import (
+    SECRET,
+    flip_byte,
+    load_and_compare,
+    load_falls_back_past_a_corrupt_shard,
+    run_ranks,
+    save_sync_then_async,
+)
 
 from checkpoints import CheckpointStore
 
@@ -45,3 +52,17 @@ def test_save_at_ws2_commits_two_steps(saved_at_ws2):
 def test_load_at_another_world_size_is_bitwise_equal(saved_at_ws2, world_size):
     kwargs, expected = saved_at_ws2
     run_ranks(load_and_compare, world_size, kwargs, expected)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_flipped_byte_in_another_ranks_shard_is_caught_at_any_world_size(saved_at_ws2, world_size):
+    """The file is verified by the one rank that reads most of it; the others
+    learn of the mismatch through DCP and pass over the step with it."""
+    kwargs, expected = saved_at_ws2
+    store = CheckpointStore(secret=SECRET, **kwargs)
+    middle = store.read_manifest(2).files["__1_0.distcp"].size // 2
+    flip_byte(store, 2, "__1_0.distcp", offset=middle)
+    try:
+        run_ranks(load_falls_back_past_a_corrupt_shard, world_size, kwargs, expected)
+    finally:
+        flip_byte(store, 2, "__1_0.distcp", offset=middle)  # back as it was, for the other tests
