@@ -23,6 +23,7 @@ from workers.compression import compress_gradients, wire_bytes_per_value
 from workers.data import RankBatches, build_source
 from workers.distributed import local_device
 from workers.evaluation import Evaluator
+from workers.memory import limit_allocator_slack
 from workers.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.prefetch import BatchPrefetch
 from workers.sharding import DTYPES, set_prefetch
@@ -70,6 +71,9 @@ class Trainer:
         config.check_world_size(self.world_size)
         self.device = local_device()
 
+        # What a step frees goes back to the OS, not to the C heap's slack,
+        # which held a rank's RSS at twice its theory (workers/memory.py).
+        limit_allocator_slack()
         torch.manual_seed(config.train.seed)
         sh = config.sharding
         self.comm = CommCounter.install()
