@@ -65,7 +65,9 @@ CHANGES = """What changed for it (issue 18): the dependencies are `async` (FastA
 each sync one in its thread pool: five hops a request); a key's tenant is kept for 2 s
 (`service/store/key_cache.py`; a rotation or deletion forgets it at once); the job and the
 page are read as Core rows, without an ORM session, a single SELECT without BEGIN and
-COMMIT, the spec's JSON decoded once per job; on SQLite those reads run on the event loop
+COMMIT, the page's statements built once per shape, the spec's JSON decoded once per job;
+`brigade serve` freezes what start-up made out of the garbage collector (a full
+collection of the server took ~90 ms); on SQLite those reads run on the event loop
 (no hop; Postgres reads stay in the pool); the answer is serialised once, not validated
 again against its response model, and a listed job's JSON is kept until it changes
 (`api/job_json.py`); the access-log filter passes plain text through untouched and the
