@@ -4,9 +4,9 @@ Every rank calls every public method, in the same order. A save:
 
 1. rank 0 checks the step directory is fresh and snapshots `extra` (all ranks
    learn the outcome: one refusal raises everywhere);
-2. DCP writes each rank's shards and rank 0's `.metadata` (`dcp.save`, or
-   `dcp.async_save` on a thread while training goes on, from a staging copy
-   of the state that is kept and reused from one async save to the next);
+2. DCP writes each rank's shards and rank 0's `.metadata` (`dcp.save`; for
+   an async save on a thread while training goes on, from a staging copy of
+   the state kept and reused from one async save to the next: `StateStager`);
 3. the digests of every rank's files are gathered: each rank's writer
    counted its files' sha256 as it wrote them (`HashingWriter`), so no file
    is read back;
@@ -37,7 +37,6 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.stateful import Stateful
 
 from checkpoints import layout
@@ -45,6 +44,7 @@ from checkpoints.collective import CheckpointGroup
 from checkpoints.errors import CheckpointError, CheckpointInvalid
 from checkpoints.hashing_writer import HashingWriter
 from checkpoints.manifest import FileEntry, Manifest, snapshot_extra, utc_now
+from checkpoints.staging import StateStager
 from checkpoints.store import CheckpointStore, Rejection
 from checkpoints.verifying_reader import VerifyingReader, load_verified
 
@@ -91,7 +91,7 @@ class Checkpointer:
         self.group = CheckpointGroup(timeout_s=timeout_s)
         self._in_flight: tuple[int, Future[Manifest]] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._stager: DefaultStager | None = None
+        self._stager: StateStager | None = None
         self._housekeeper: ThreadPoolExecutor | None = None
         self._housekeeping: Future[None] | None = None
 
@@ -114,34 +114,26 @@ class Checkpointer:
         self.wait()
         extra = self._prepare(step, extra)
         if self._stager is None:
-            # Keeps the staging copy between saves (keyed by the live tensors'
-            # storages): a save copies into it instead of allocating a fresh
-            # copy of the state each time, which is most of the stall. It costs
-            # one copy of this rank's state in CPU memory while the checkpointer
-            # lives. Reuse is safe: the previous save is over (`wait` above).
-            self._stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=False,
-                    use_shared_memory=False,
-                    use_async_staging=False,  # staged when this returns: training may go on
-                    use_non_blocking_copy=False,
-                )
-            )
+            # Keeps the staging copy between saves: a save copies the state
+            # into it, nothing else, when the state has the same tensors as
+            # last time. It costs one copy of this rank's state in CPU memory
+            # while the checkpointer lives. Reuse is safe: the previous save
+            # is over (`wait` above).
+            self._stager = StateStager()
         # The state is on CPU once staged: no copy-ahead buffer in the writer
         # (what FileSystemWriter's own stage() sets).
         writer = self._writer(step, per_thread_copy_ahead=0)
-        # Staged as plain state dicts: some torch releases' stagers deep-copy a
-        # Stateful object itself (and fail on it) instead of its state_dict().
         plain = {key: value.state_dict() if isinstance(value, Stateful) else value
                  for key, value in state_dict.items()}
-        upload = dcp.async_save(plain, async_stager=self._stager, storage_writer=writer,
-                                **self._dist_args())
-        # Staged before async_save returns (use_async_staging=False): what comes
-        # back is the upload's future, not an AsyncSaveResponse.
-        assert isinstance(upload, Future)
+        staged = self._stager.stage(plain)  # training may change the state from here on
+
+        def write() -> Metadata:
+            # What dcp.async_save does after staging, on the commit thread.
+            return dcp.save(staged, storage_writer=writer, **self._dist_args())
+
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
-        commit = self._executor.submit(self._write_and_commit, step, extra, upload.result, writer)
+        commit = self._executor.submit(self._write_and_commit, step, extra, write, writer)
         self._in_flight = (step, commit)
 
     @property
