@@ -127,7 +127,7 @@ def peer_trial(settle_s: float) -> dict:
 
 def add_args(parser) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 4 (--quick: 1)")
-    parser.add_argument("--settle", type=float, default=5.0,
+    parser.add_argument("--settle", type=float, default=8.0,
                         help="idle seconds before each trial, the cluster up")
 
 

@@ -20,6 +20,7 @@ from workers.group import WorkerGroup
 
 if TYPE_CHECKING:
     from service.store import JobRecord
+    from workers.pool import RankPool
 
 
 # The start-up's phases in the order they end, each (the timeline's key, what the log calls
@@ -63,10 +64,12 @@ def group_name(job_id: str, attempt: int) -> str:
     return f"brigade-{job_id}-a{attempt}"
 
 
-def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float) -> WorkerGroup | GroupOutcome:
+def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float,
+                 pool: RankPool | None = None) -> WorkerGroup | GroupOutcome:
     """The job's current attempt (`job.workers` ranks), started and training
     from its latest checkpoint under `checkpoint` (a `CheckpointTarget` as a
-    dict); or how its start failed, with nothing of it left on the cluster."""
+    dict), its ranks' processes warm ones from `pool` where it has them; or
+    how its start failed, with nothing of it left on the cluster."""
     assert job.workers is not None, "a job is launched at the size its admission or restart gave"
     spec = job.spec
     group = WorkerGroup(
@@ -78,6 +81,7 @@ def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float) -> Wo
         tp_size=spec.parallelism.tp,  # a TP group's ranks share a node where they can
         detached=True,
         pg_timeout_s=pg_timeout_s,
+        pool=pool,
     )
     try:
         group.start()

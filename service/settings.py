@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     port: int = 8000
     poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
     pg_timeout_s: float = 30.0  # a hung collective fails after this
+    # warm rank processes (torch imported) kept on each node for CPU jobs' next ranks, each
+    # used by one job only (workers/pool.py); 0: every rank starts cold
+    rank_pool_size: int = Field(2, ge=0)
     # a failed job restarts after restart_backoff_s * 2**(restarts - 1) s, at most 10 s
     restart_backoff_s: float = Field(0.5, ge=0)
     preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets

@@ -11,10 +11,12 @@ its remains and restarts the job from its latest committed checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from checkpoints import CheckpointStore, CheckpointTarget
 from service import service_metrics
@@ -48,6 +50,7 @@ from service.tracking import JobTracking, MlflowRun, TensorBoardFiles
 from service.usage import TenantUsage, usage_by_tenant
 from workers.errors import CapacityError, RankError, WorkerGroupError
 from workers.group import WorkerGroup
+from workers.pool import RankPool
 from workers.spec import JobSpec, SpecError
 
 logger = logging.getLogger(__name__)
@@ -71,6 +74,9 @@ class Supervisor:
             tracking=self.tracking_for,
         )
         self._restart_policy = RestartPolicy(base_backoff_s=settings.restart_backoff_s)
+        # Warm rank processes for the jobs' next ranks (workers/pool.py), named after the data
+        # dir: a successor on the same store clears what this one leaves idle.
+        self.rank_pool = RankPool(settings.rank_pool_size, name_prefix=pool_prefix(settings.data_dir))
         self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
 
     # -- requests ---------------------------------------------------------------
@@ -252,6 +258,8 @@ class Supervisor:
 
     def start(self) -> None:
         self.reconcile()
+        if self.settings.rank_pool_size:
+            self.rank_pool.start()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._thread.start()
 
@@ -268,6 +276,7 @@ class Supervisor:
             runner.join(timeout=10)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.rank_pool.shutdown()  # the idle ones: those in groups are the groups'
         if self._on_stop is not None:
             self._on_stop()
 
@@ -315,7 +324,8 @@ class Supervisor:
         )
 
     def _launch(self, job: JobRecord) -> WorkerGroup | GroupOutcome:
-        return launch_group(job, self.checkpoint_target(job), pg_timeout_s=self.settings.pg_timeout_s)
+        return launch_group(job, self.checkpoint_target(job), pg_timeout_s=self.settings.pg_timeout_s,
+                            pool=self.rank_pool if self.settings.rank_pool_size else None)
 
     def _spawn(self, runner: JobRunner) -> None:
         with self._lock:
@@ -332,7 +342,8 @@ class Supervisor:
             group = None
             if job.workers and job.state is not S.RESTARTING:
                 try:
-                    group = WorkerGroup.attach(name, job.workers)
+                    group = WorkerGroup.attach(name, job.workers,
+                                               pool_prefix=self.rank_pool.name_prefix)
                     group.status()
                 except (WorkerGroupError, RankError, ValueError) as e:
                     logger.info("job %s: group %s not usable: %s", job.id, name, printable(e),
@@ -344,7 +355,8 @@ class Supervisor:
                 self._spawn(self._runner(job.id, attached=group))
                 continue
             if job.workers:
-                WorkerGroup.reclaim(name, job.workers).shutdown()
+                WorkerGroup.reclaim(name, job.workers,
+                                    pool_prefix=self.rank_pool.name_prefix).shutdown()
             self._restart_after_loss(job, name)
 
     def _restart_after_loss(self, job: JobRecord, name: str) -> None:
@@ -396,6 +408,12 @@ class Supervisor:
                                            worker, source)
         if not decision.fits:
             raise SpecError(field, f"{field}: {decision.reason}")
+
+
+def pool_prefix(data_dir: str) -> str:
+    """The names of a control plane's pooled rank processes: one prefix per data dir."""
+    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:10]
+    return f"brigade-pool-{digest}"
 
 
 def _who(tenant: str) -> str:

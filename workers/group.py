@@ -5,11 +5,16 @@ rank, one process group among them.
     with WorkerGroup(2, cpus_per_worker=1) as group:   # start(): reserve, spawn, rendezvous
         per_rank = group.train(spec)                    # or start_training(spec).wait(...)
 
-The group owns what it creates: `shutdown()` (also on leaving `with`, and on
-any error in `start` or while training) kills every actor and removes the
-placement group. A rank whose actor dies is named at the next poll and never
-waited for; the survivors may sit in a collective until the process-group
-timeout, so they are killed rather than joined.
+With a `pool` (workers/pool.py) a CPU-only group takes, for each bundle, a
+warm rank process on the bundle's node (torch and the engine imported
+already), and starts a cold actor in the bundle only where there is none.
+
+The group owns what it creates, and the pooled processes it takes:
+`shutdown()` (also on leaving `with`, and on any error in `start` or while
+training) kills every actor and removes the placement group. A rank whose
+actor dies is named at the next poll and never waited for; the survivors
+may sit in a collective until the process-group timeout, so they are killed
+rather than joined.
 """
 
 from __future__ import annotations
@@ -18,18 +23,18 @@ import time
 from typing import overload
 
 import ray
+from ray.util import placement_group_table
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.errors import PlacementTimeoutError, WorkerGroupError
 from workers.placement import PLACEMENT_STRATEGIES, GangBundles, bundle_of, check_capacity, gang_bundles
-from workers.rank_actor import SIGTERM_GRACE_S, RankActor
+from workers.pool import RankPool, find_assigned, start_rank_actor
+from workers.rank_actor import SIGTERM_GRACE_S
 from workers.rank_calls import await_answers, await_ranks
 from workers.spec import JobSpec
 
 PROGRESS_TIMEOUT_S = 30.0
-
-_RemoteRankActor = ray.remote(RankActor)
 
 
 class WorkerGroup:
@@ -48,6 +53,7 @@ class WorkerGroup:
         detached: bool = False,
         sigterm_grace_s: float = SIGTERM_GRACE_S,
         tp_size: int = 1,
+        pool: RankPool | None = None,
     ):
         if placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(
@@ -78,6 +84,9 @@ class WorkerGroup:
         # where the cluster can hold them whole, so each shares a node (PACK
         # within the group; workers/placement.py `gang_bundles`).
         self.tp_size = tp_size
+        # Warm rank processes to take from (CPU-only groups: a GPU rank starts cold).
+        self.pool = pool if not gpus_per_worker else None
+        self.pooled_ranks: list[int] = []  # the ranks whose process came from the pool
         self._gang: GangBundles | None = None  # the bundles, chosen at start
         self.backend: str | None = None
         self.rendezvous: tuple[str, int] | None = None
@@ -182,15 +191,21 @@ class WorkerGroup:
         return group
 
     @classmethod
-    def reclaim(cls, name_prefix: str, num_workers: int, **options) -> WorkerGroup:
+    def reclaim(cls, name_prefix: str, num_workers: int, *, pool_prefix: str | None = None,
+                **options) -> WorkerGroup:
         """Whatever is left of the named group (actors that are missing are
-        None), for `attach` or to `shutdown()` leftovers."""
+        None), for `attach` or to `shutdown()` leftovers. A rank that came
+        from a pool is found among the pool's processes (`pool_prefix`)."""
         group = cls(num_workers, name_prefix=name_prefix, detached=True, **options)
         for rank in range(num_workers):
             try:
                 group._actors.append(ray.get_actor(f"{name_prefix}-rank-{rank}"))
             except ValueError:
                 group._actors.append(None)
+        if pool_prefix and None in group._actors:
+            for rank, actor in find_assigned(pool_prefix, name_prefix, num_workers).items():
+                if group._actors[rank] is None:
+                    group._actors[rank] = actor
         try:
             group._pg = ray.util.get_placement_group(f"{name_prefix}-pg")
         except ValueError:
@@ -294,26 +309,34 @@ class WorkerGroup:
             )
 
     def _spawn(self) -> None:
+        """One actor per rank: a warm one from the pool on its bundle's node
+        (assigned its rank), else a cold one in its bundle."""
         assert self._pg is not None and self._gang is not None, (
             "start() reserves the bundles before it spawns")
         threads = max(1, int(self.cpus_per_worker))
+        nodes = placement_group_table(self._pg)["bundles_to_node_id"] if self.pool else {}
+        infos = []
         for rank in range(self.num_workers):
-            actor = _RemoteRankActor.options(
+            bundle = self._gang.bundle_of_rank[rank]
+            actor = self.pool.take(nodes[bundle]) if self.pool and bundle in nodes else None
+            if actor is not None:
+                self._actors.append(actor)  # ours from here: killed with the group
+                self.pooled_ranks.append(rank)
+                infos.append(actor.assign.remote(self.name_prefix or f"group-{id(self):x}", rank,
+                                                 self.num_workers, threads, self.sigterm_grace_s))
+                continue
+            actor = start_rank_actor(
                 num_cpus=self.cpus_per_worker,
                 num_gpus=self.gpus_per_worker,
-                max_concurrency=2,  # `progress` answers while `train` runs
                 name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,
                 lifetime="detached" if self.detached else None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self._pg, placement_group_bundle_index=self._gang.bundle_of_rank[rank]
+                    self._pg, placement_group_bundle_index=bundle
                 ),
             ).remote(rank, self.num_workers, threads, self.sigterm_grace_s)
             self._actors.append(actor)  # one at a time: a failed .remote() leaves the rest killable
-        self.node_infos = self._finish(
-            [actor.node_info.remote() for actor in self._actors],
-            self.ready_timeout_s,
-            "starting the rank actors",
-        )
+            infos.append(actor.node_info.remote())
+        self.node_infos = self._finish(infos, self.ready_timeout_s, "starting the rank actors")
 
     def _rendezvous(self) -> None:
         same_node = len({info["node_id"] for info in self.node_infos}) == 1

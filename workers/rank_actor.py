@@ -15,6 +15,11 @@ stop, take a blocking checkpoint of that step, and `train` returns with
 `status()["state"] == "preempted"`. If that does not happen within the grace
 period, the process exits hard. Outside `train` there is nothing to save,
 and SIGTERM ends the process as Ray's handler would.
+
+A pooled rank (workers/pool.py) is made before its job exists: `preload`
+imports torch and the engine while it waits, and `assign` makes it one
+rank of one group, once: a second `assign` is refused, so a process never
+serves two jobs (the group kills it when it ends).
 """
 
 from __future__ import annotations
@@ -66,9 +71,40 @@ class RankActor:
         # the SIGTERM handler ours replaced (Ray's), as signal.getsignal returns it
         self._ray_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
         self._store: _RendezvousStore | None = None  # rank 0's rendezvous store, from choose_rendezvous
+        self._group: str | None = None  # a pooled rank's group, once assigned (`assignment`)
         self._install_sigterm_handler()
         # The process's stdout and stderr, for the job's log (Ray's log files keep them too).
         self._output = OutputCapture().start()
+
+    def preload(self) -> int:
+        """Import torch and the engine now (a pooled rank, before its job):
+        the seconds they take are not a job's. Returns the pid."""
+        import torch.distributed  # noqa: F401
+
+        self._timeline["torch_imported"] = time.time()
+        import checkpoints  # noqa: F401
+        import workers.trainer  # noqa: F401
+
+        self._timeline["engine_imported"] = time.time()
+        return os.getpid()
+
+    def assign(self, group: str, rank: int, world_size: int, num_threads: int,
+               sigterm_grace_s: float = SIGTERM_GRACE_S) -> dict:
+        """Make this pooled process rank `rank` of `group` (once: never a
+        second group, whatever became of the first); its `node_info`."""
+        if self._group is not None:
+            raise RuntimeError(f"this process is rank {self.rank} of {self._group} already: "
+                               "a pooled rank serves one group")
+        self._group = group
+        self.rank, self.world_size, self.num_threads = rank, world_size, num_threads
+        self._sigterm_grace_s = sigterm_grace_s
+        self._output.take()  # what it printed while pooled is no job's
+        self._timeline["actor_started"] = time.time()
+        return self.node_info()
+
+    def assignment(self) -> tuple[str, int] | None:
+        """(group, rank) of a pooled process once assigned, else None."""
+        return None if self._group is None else (self._group, self.rank)
 
     def node_info(self) -> dict:
         return {
