@@ -6,8 +6,10 @@ server under one client, each sample put in one part.
 py-spy (`--gil`: only the thread that holds the interpreter, which is what
 one uvicorn process's throughput is made of) records the server's stacks
 while one client sends back-to-back requests; each sample goes to the first
-part, in the order of PARTS, that one of its frames belongs to. A part's share
-of the samples times the request's time without the profiler is its cost.
+part, in the order of PARTS, that one of its frames belongs to (what matches
+none of the earlier parts, a route's own lines included, counts as routing);
+a part's share of the samples times the server's CPU time a request without
+the profiler is its cost.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ PARTS = (
     ("HTTP parsing and writing (uvicorn's h11 or httptools)",
      r"\(h11/|H11Protocol|RequestResponseCycle\.send|httptools|HttpToolsProtocol"),
     ("serialisation (pydantic, JSON)", r"serialize_response|model_validate|model_copy|"
-                                       r"model_dump|jsonable_encoder|pydantic|render|responses\.py"),
+                                       r"model_dump|jsonable_encoder|pydantic|render|"
+                                       r"responses\.py|job_json\.py"),
     ("thread pool hops (anyio)", r"anyio/|run_in_threadpool|threading\.py|queue\.py"),
     ("dependencies and validation (FastAPI)", r"fastapi/dependencies/"),
     ("routing and middleware (Starlette, FastAPI)", r"fastapi/|starlette/|body_limit\.py"),
