@@ -63,18 +63,27 @@ class Digest:
             hashed.result()
             self.size += view.nbytes
 
-    def later(self, data: bytes | bytearray | memoryview) -> None:
+    def later(self, data: bytes | bytearray | memoryview) -> int | None:
         """Hash `data` after the blocks before it, on the digest's own thread;
         returns at once. The caller must leave a large `data` as it is until
-        `entry()`; a small one is copied."""
+        `wait()` on what this returns (or `entry()`); a small one is copied
+        (None is returned: nothing to wait for)."""
         view = _flat(data)
         if self._lane is None:
             if view.nbytes < BESIDE_MIN_BYTES:
                 self.update(view)
-                return
+                return None
             self._lane = _Lane(self._sha)
-        self._lane.put(view if view.nbytes >= BESIDE_MIN_BYTES else bytes(view))
         self.size += view.nbytes
+        if view.nbytes < BESIDE_MIN_BYTES:
+            self._lane.put(bytes(view))
+            return None
+        return self._lane.put(view)
+
+    def wait(self, ticket: int | None) -> None:
+        """Until the block `later` gave this ticket for is hashed (its memory free again)."""
+        if ticket is not None and self._lane is not None:
+            self._lane.drain(ticket)
 
     def entry(self) -> FileEntry:
         """The size and sha256 of everything fed so far (waits for `later`'s blocks)."""
@@ -95,19 +104,24 @@ class _Lane:
         self._sha = sha
         self._blocks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._idle = threading.Condition()
-        self._pending = 0
+        self._queued = 0  # blocks put, and hashed: the tickets
+        self._hashed = 0
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="checkpoint-sha256", daemon=True)
         self._thread.start()
 
-    def put(self, block: Any) -> None:
+    def put(self, block: Any) -> int:
         with self._idle:
-            self._pending += 1
+            self._queued += 1
+            ticket = self._queued
         self._blocks.put(block)
+        return ticket
 
-    def drain(self) -> None:
+    def drain(self, ticket: int | None = None) -> None:
+        """Until every block so far (or the one with `ticket`, and those before it) is hashed."""
         with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
+            upto = self._queued if ticket is None else ticket
+            self._idle.wait_for(lambda: self._hashed >= upto)
         if self._error is not None:
             raise self._error
 
@@ -124,7 +138,7 @@ class _Lane:
                 self._error = exc
             finally:
                 with self._idle:
-                    self._pending -= 1
+                    self._hashed += 1
                     self._idle.notify_all()
 
 

@@ -31,8 +31,8 @@ StateDict = dict[str, Any]
 class _Staged:
     signature: tuple[Any, ...]
     state: StateDict  # the staged copy handed to DCP
-    tensors: list[tuple[torch.Tensor, torch.Tensor]]  # (staged, live) local tensors
-    values: list[tuple[Any, Any, Any]]  # (staged container, key, live value)
+    tensors: list[torch.Tensor]  # staged local tensors, in the order of `_leaves`
+    values: list[tuple[Any, Any]]  # (staged container, key) of each plain value, in order
 
 
 class StateStager:
@@ -44,13 +44,15 @@ class StateStager:
     @torch.no_grad()
     def stage(self, state: StateDict) -> StateDict:
         """A copy of `state` that training may not change (valid until the next call)."""
-        signature = tuple(_signature(state))
+        tensors: list[torch.Tensor] = []
+        values: list[Any] = []
+        signature = tuple(_leaves(state, (), tensors, values))
         staged = self._staged
         if staged is None or staged.signature != signature:
             staged = self._staged = _build(state, signature)
-        for target, source in staged.tensors:
+        for target, source in zip(staged.tensors, tensors, strict=True):
             target.copy_(source)
-        for container, key, value in staged.values:
+        for (container, key), value in zip(staged.values, values, strict=True):
             container[key] = copy.deepcopy(value)
         return staged.state
 
@@ -64,47 +66,46 @@ def _build(state: StateDict, signature: tuple[Any, ...]) -> _Staged:
         copied = stager.stage(state)
     finally:
         stager.close()
-    tensors: list[tuple[torch.Tensor, torch.Tensor]] = []
-    values: list[tuple[Any, Any, Any]] = []
-    _pair(copied, state, tensors, values)
+    tensors: list[torch.Tensor] = []
+    values: list[tuple[Any, Any]] = []
+    _targets(copied, tensors, values)
     return _Staged(signature, copied, tensors, values)
 
 
-def _pair(staged: Any, live: Any, tensors: list, values: list) -> None:
-    """Walk the staged copy and the live state side by side."""
-    items = (staged.items() if isinstance(staged, dict) else
-             enumerate(staged) if isinstance(staged, list) else None)
-    if items is None:
-        raise TypeError(f"cannot stage into a {type(staged).__name__}")
+def _targets(staged: Any, tensors: list, values: list) -> None:
+    """The staged copy's tensors and plain values, in the order `_leaves` walks the live state."""
+    items = staged.items() if isinstance(staged, dict) else enumerate(staged)
     for key, value in list(items):
-        source = live[key]
-        if isinstance(source, torch.Tensor):
-            tensors.append((_local(value), _local(source)))
-        elif isinstance(source, (dict, list)):
-            _pair(value, source, tensors, values)
+        if isinstance(value, torch.Tensor):
+            tensors.append(_local(value))
+        elif isinstance(value, (dict, list)):
+            _targets(value, tensors, values)
         else:  # a plain value (a tuple too): copied afresh each time
-            values.append((staged, key, source))
+            values.append((staged, key))
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor._local_tensor if isinstance(tensor, DTensor) else tensor
 
 
-def _signature(value: Any, path: tuple[Any, ...] = ()) -> Iterator[Any]:
-    """What must not change for a staged copy to be reused: the structure,
-    and each tensor's identity, memory, shape, strides, dtype and device."""
+def _leaves(value: Any, path: tuple[Any, ...], tensors: list, values: list) -> Iterator[Any]:
+    """Walk the live state: collect its local tensors and plain values, and
+    yield what must not change for a staged copy to be reused (the structure;
+    each tensor's memory, shape, strides, dtype, device and DTensor spec).
+    Not the tensor objects: a state dict hands out fresh views each time."""
     if isinstance(value, dict):
         yield (path, "dict", tuple(value))
         for key, item in value.items():
-            yield from _signature(item, (*path, key))
+            yield from _leaves(item, (*path, key), tensors, values)
     elif isinstance(value, list):
         yield (path, "list", len(value))
         for index, item in enumerate(value):
-            yield from _signature(item, (*path, index))
+            yield from _leaves(item, (*path, index), tensors, values)
     elif isinstance(value, torch.Tensor):
         local = _local(value)
+        tensors.append(local)
         spec = (value._spec.placements, value._spec.mesh, value.shape) if isinstance(value, DTensor) else None
-        yield (path, id(value), local.data_ptr(), local.shape, local.stride(), local.dtype,
-               local.device, spec)
+        yield (path, local.data_ptr(), local.shape, local.stride(), local.dtype, local.device, spec)
     else:
+        values.append(value)
         yield (path, type(value))

@@ -28,10 +28,9 @@ import hashlib
 import io
 import pickle
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed._shard._utils import narrow_tensor_by_index
@@ -46,8 +45,6 @@ from checkpoints.dcp_records import copy_into, tensor_of
 from checkpoints.digest import Digest
 from checkpoints.errors import CheckpointInvalid
 from checkpoints.manifest import FileEntry, Manifest
-
-T = TypeVar("T")
 
 _CHUNK = 8 << 20  # bytes per read
 
@@ -80,7 +77,8 @@ class VerifyingReader(FsspecReader):
         self._step = manifest.step
         self._expected = dict(manifest.files)
         self._metadata: bytes | None = None
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # a record read without hashing
+        self._verify_buffers = [bytearray(), bytearray()]  # records read while hashing, in turn
 
     # -- .metadata: verified before it is unpickled ---------------------------------
 
@@ -172,22 +170,24 @@ class VerifyingReader(FsspecReader):
                         planner: LoadPlanner) -> str | None:
         """Read the whole file in order, hashing it and delivering its records;
         the reason it fails its check, or None."""
-        reads = _HashedReads(stream)
+        reads = _HashedReads(stream, self._verify_buffers)
         failure: BaseException | None = None  # a record that would not deserialize
         try:
             for offset, length, items in records:
                 reads.skip(offset - reads.pos)
-                view = reads.read_exact(length, self._record_buffer(length))
+                view = reads.read_record(length)
                 if failure is None:
                     try:
-                        reads.settle(partial(self._deliver, view, items, planner))
+                        self._deliver(view, items, planner)
                     except Exception as exc:  # corrupt bytes, most likely: the digest says
                         failure = exc
-                reads.settle(lambda: None)
             reads.skip_to_end()
+            actual = reads.digest.entry()
         except EOFError:
             return f"step {self._step}: file {name} size mismatch"
-        reason = self._mismatch(name, reads.digest.entry())
+        finally:
+            reads.digest.close()
+        reason = self._mismatch(name, actual)
         if reason is None and failure is not None:
             raise failure  # the file is the one written: a real error, not corruption
         return reason
@@ -245,34 +245,29 @@ class VerifyingReader(FsspecReader):
 
 
 class _HashedReads:
-    """Sequential reads of one file, every byte hashed in order. The last chunk
-    read is hashed beside the next read, or beside what the caller does with
-    it (`settle`)."""
+    """Sequential reads of one file, every byte hashed in order on the
+    digest's own thread (`Digest.later`) while the next bytes are read and
+    delivered. Two buffers in turn for records and two for skipped bytes: a
+    buffer is read into again only once the hash of what it held is done."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, records: list[bytearray]) -> None:
         self._stream = stream
         self.digest = Digest()
         self.pos = 0
-        self._pending: memoryview | None = None  # read, not yet hashed
+        self._records = records  # the reader's, kept between files
         self._scratch = [bytearray(_CHUNK), bytearray(_CHUNK)]
-        self._next_scratch = 0
+        self._turn = {"record": 0, "scratch": 0}
+        self._tickets: dict[int, int | None] = {}  # id(buffer) -> its last block's ticket
 
-    def settle(self, io_: Callable[[], T]) -> T:
-        """Hash the pending chunk while `io_` runs; its result."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return io_()
-        return self.digest.beside(pending, io_)
-
-    def read_exact(self, length: int, buffer: bytearray) -> memoryview:
-        """The next `length` bytes, read into `buffer`; EOFError if the file ends first."""
+    def read_record(self, length: int) -> memoryview:
+        """The next `length` bytes; EOFError if the file ends first."""
+        index = self._turn["record"]
+        self._turn["record"] ^= 1
+        buffer = self._free(self._records, index)
+        if len(buffer) < length:
+            buffer = self._records[index] = bytearray(length)  # a new one: views of the old may live
         view = memoryview(buffer)[:length]
-        got = 0
-        while got < length:
-            n = self._read_chunk(view[got : got + _CHUNK])
-            if not n:
-                raise EOFError
-            got += n
+        self._fill(view, buffer)
         return view
 
     def skip(self, count: int) -> None:
@@ -280,25 +275,39 @@ class _HashedReads:
         if count < 0:
             raise EOFError  # overlapping records: not a file DCP wrote
         while count:
-            n = self._read_chunk(self._scratch_view(min(count, _CHUNK)))
+            n = self._skip_chunk(min(count, _CHUNK))
             if not n:
                 raise EOFError
             count -= n
 
     def skip_to_end(self) -> None:
-        while self._read_chunk(self._scratch_view(_CHUNK)):
+        while self._skip_chunk(_CHUNK):
             pass
-        self.settle(lambda: None)
 
-    def _scratch_view(self, size: int) -> memoryview:
-        # Two scratch buffers in turn: the pending chunk is in the other one.
-        buffer = self._scratch[self._next_scratch]
-        self._next_scratch ^= 1
-        return memoryview(buffer)[:size]
-
-    def _read_chunk(self, into: memoryview) -> int:
-        n = self.settle(lambda: self._stream.readinto(into)) or 0
+    def _skip_chunk(self, size: int) -> int:
+        index = self._turn["scratch"]
+        self._turn["scratch"] ^= 1
+        buffer = self._free(self._scratch, index)
+        view = memoryview(buffer)[:size]
+        n = self._stream.readinto(view) or 0
         if n:
-            self._pending = into[:n]
-            self.pos += n
+            self._hash(view[:n], buffer)
         return n
+
+    def _fill(self, view: memoryview, buffer: bytearray) -> None:
+        got = 0
+        while got < len(view):
+            n = self._stream.readinto(view[got:]) or 0
+            if not n:
+                raise EOFError
+            got += n
+        self._hash(view, buffer)
+
+    def _hash(self, view: memoryview, buffer: bytearray) -> None:
+        self._tickets[id(buffer)] = self.digest.later(view)
+        self.pos += len(view)
+
+    def _free(self, buffers: list[bytearray], index: int) -> bytearray:
+        buffer = buffers[index]
+        self.digest.wait(self._tickets.pop(id(buffer), None))
+        return buffer
