@@ -345,6 +345,9 @@ class Supervisor:
                     group = WorkerGroup.attach(name, job.workers,
                                                pool_prefix=self.rank_pool.name_prefix)
                     group.status()
+                    if any(rank["state"] == "idle" for rank in group.call("status")):
+                        # Stopped between its start and start_training: nothing trains.
+                        raise WorkerGroupError(f"worker group {name} never began training")
                 except (WorkerGroupError, RankError, ValueError) as e:
                     logger.info("job %s: group %s not usable: %s", job.id, name, printable(e),
                                 extra=job_fields(job))
