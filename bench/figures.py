@@ -17,5 +17,6 @@ TITLES = {
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
     "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
     "data": "Data: token shards' wait per step, a rank's memory, preparation on Ray",
+    "soak": "Soak: 4 tenants' jobs under chaos",
 }
 FIGURES = list(TITLES)

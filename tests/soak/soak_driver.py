@@ -1,0 +1,176 @@
+"""A soak: many tenants' jobs through one `brigade serve` while faults land,
+then everything that must hold checked at once (tests/soak/test_soak.py in
+CI, `python -m bench.soak` for the long one).
+
+    result = run_soak(SoakPlan(jobs=100), data_dir)
+    assert not result.problems, result.explain()
+
+The server is the chaos tests' (tests/chaos/chaos_harness.py: its own Ray
+head with the dashboard on loopback, SQLite, a short process-group timeout);
+its checkpoint storage is a tmpfs the soak mounts, so that "the disk is full"
+is a real ENOSPC. First one uninterrupted reference run per (config, world
+size), at a priority nothing preempts; then the tenants' jobs arrive over
+`submit_over_s` while the chaos thread works through its faults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.chaos.chaos_harness import ENV, RayProbe, alive, tmpfs
+from tests.e2e.serve_harness import KEY, TERMINAL, Server
+from tests.soak.soak_checks import check_events, check_final, check_losses, check_rows, report
+from tests.soak.soak_client import SoakClient
+from tests.soak.soak_plan import TENANTS, SoakPlan, job_spec
+from tests.soak.soak_threads import Chaos, Observations, QuotaSampler, RaySampler, Submitter
+
+SOAK_ENV = {
+    **ENV,
+    "BRIGADE_POLL_INTERVAL_S": "0.2",
+    "BRIGADE_PREEMPTION_GRACE_S": "30",
+    "BRIGADE_RATE_LIMIT_PER_S": "1000",  # the samplers poll: never the limiter's 429s
+    "BRIGADE_RATE_LIMIT_BURST": "1000",
+    "BRIGADE_EXPORT_ON_SUCCESS": "",
+}
+RANK_POOL_SIZE = int(SOAK_ENV.get("BRIGADE_RANK_POOL_SIZE", "2"))  # idle warm ranks it keeps
+REFERENCE_PRIORITY = 1000  # the admin's reference runs: never preempted
+
+
+@dataclass
+class SoakResult:
+    plan: SoakPlan
+    report: dict
+    problems: list[str] = field(default_factory=list)
+    log_tail: str = ""
+
+    def explain(self) -> str:
+        shown = "\n".join(f"- {p}" for p in self.problems[:60])
+        more = f"\n... and {len(self.problems) - 60} more" if len(self.problems) > 60 else ""
+        return (f"{len(self.problems)} problems:\n{shown}{more}\nreport: "
+                f"{json.dumps(self.report, indent=1, default=str)}\n{self.log_tail}")
+
+
+def run_soak(plan: SoakPlan, data_dir: Path, *, say=print) -> SoakResult:
+    storage = data_dir / "storage"
+    disk = tmpfs(storage, "768m") if plan.disk_fills else contextlib.nullcontext()
+    with disk:
+        server = Server(data_dir, env=SOAK_ENV).start()
+        try:
+            return _soak(plan, server, data_dir, storage if plan.disk_fills else None, say)
+        finally:
+            server.stop()
+
+
+def _soak(plan: SoakPlan, server: Server, data_dir: Path, storage: Path | None, say) -> SoakResult:
+    start = time.monotonic()
+    obs = Observations()
+    admin = SoakClient(server.url, KEY)
+    clients = {t.name: SoakClient(server.url, admin.post("/v1/tenants", t.body())["api_key"])
+               for t in TENANTS}
+    probe = RayProbe(data_dir)
+    for config, ws in plan.reference_keys():
+        made = admin.post("/v1/jobs", job_spec(config, f"soak-ref-{config}-ws{ws}", ws,
+                                               priority=REFERENCE_PRIORITY))
+        obs.references[(config, ws)] = made["id"]
+    submitter = Submitter(obs, plan, clients, data_dir)
+    samplers = [QuotaSampler(obs, admin), RaySampler(obs, probe)]
+    chaos = Chaos(obs, plan, server, admin, storage)
+    threads = [submitter, *samplers]
+    try:
+        for t in threads:
+            t.start()
+        say(f"soak: {plan.jobs} jobs over {plan.submit_over_s:g} s, {len(plan.fault_plans)} faults")
+        _wait_final(admin, list(obs.references.values()), deadline=time.monotonic() + 240)
+        chaos.start()
+        threads.append(chaos)
+        submitter.join(timeout=plan.submit_over_s + 300)
+        chaos.join(timeout=len(plan.fault_plans) * (plan.fault_gap_s + 150))
+        say(f"soak: all submitted and {len(obs.faults)} faults injected after "
+            f"{time.monotonic() - start:.0f} s; draining")
+        with obs.lock:
+            ids = list(obs.submitted)
+        stuck = _wait_final(admin, ids, deadline=time.monotonic() + plan.drain_timeout_s)
+    finally:
+        for t in threads:
+            t.stop()
+    result = _check(plan, admin, obs, probe, stuck, time.monotonic() - start)
+    probe.close()
+    for c in (admin, *clients.values()):
+        c.close()
+    if result.problems:
+        result.log_tail = server.log_tail(6000)
+    say(f"soak: {json.dumps(result.report, default=str)}")
+    return result
+
+
+def _wait_final(admin: SoakClient, ids: list[str], deadline: float) -> list[str]:
+    """Wait until every job is final; the ones that are not by the deadline."""
+    waiting = set(ids)
+    while waiting and time.monotonic() < deadline:
+        final = {j["id"] for j in admin.jobs() if j["state"] in TERMINAL}
+        waiting -= final
+        time.sleep(1.0)
+    return sorted(waiting)
+
+
+def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe,
+           stuck: list[str], seconds: float) -> SoakResult:
+    problems = [f"job {j}: not final {plan.drain_timeout_s:g} s after the last submission" for j in stuck]
+    problems += [f"a soak thread died: {e}" for e in obs.errors]
+    problems += obs.violations
+    problems += [f"fault not injected: {f}" for f in obs.faults if "skipped" in f]
+    if len(obs.faults) != len(plan.fault_plans):
+        problems.append(f"{len(obs.faults)} of {len(plan.fault_plans)} faults injected")
+    jobs = admin.jobs()
+    by_id = {j["id"]: j for j in jobs}
+    # None lost, none twice: the store holds exactly the jobs submitted (a
+    # retried submit after a lost answer made no second one).
+    made = set(obs.submitted) | set(obs.references.values())
+    if set(by_id) != made or len(jobs) != len(made) or len(obs.submitted) != plan.jobs:
+        problems.append(f"the store holds {len(jobs)} jobs for {len(obs.submitted)} submitted of "
+                        f"{plan.jobs} planned (+{len(obs.references)} references): missing "
+                        f"{sorted(made - set(by_id))[:10]}, extra {sorted(set(by_id) - made)[:10]}")
+    rows = {i: admin.get(f"/v1/jobs/{i}/metrics") for i in by_id}
+    references: dict[str, dict[int, dict[int, float]]] = {}
+    for (config, ws), ref_id in obs.references.items():
+        ref = by_id[ref_id]
+        if ref["state"] != "SUCCEEDED" or ref["restarts"] or ref["preemptions"]:
+            problems.append(f"reference {ref['name']} was not an uninterrupted success: {ref}")
+        references.setdefault(config, {})[ws] = {r["step"]: r["loss"] for r in rows[ref_id]}
+    for job_id, job_plan in obs.submitted.items():
+        job = by_id.get(job_id)
+        if job is None:
+            continue
+        problems += check_final(job, job_plan)
+        problems += check_events(job, admin.get(f"/v1/jobs/{job_id}/events"))
+        problems += check_rows(job, job_plan, rows[job_id])
+        problems += check_losses(job, job_plan, rows[job_id], references[job_plan.config])
+    problems += _leftovers(probe, obs)
+    faults = obs.faults
+    summary = report(jobs, obs.submitted, {i: rows[i] for i in obs.submitted}, faults, seconds)
+    summary["quota_samples"], summary["ray_samples"] = obs.quota_samples, obs.ray_samples
+    summary["peak_held"] = {t: {"workers": w, "jobs": n} for t, (w, n) in sorted(obs.peak.items())}
+    disk = [f for f in faults if f["kind"] == "disk_full" and "skipped" not in f]
+    if disk and not all(f["saves_failed_in"] for f in disk):
+        problems.append(f"the disk was full and no save failed: {disk}")
+    if obs.quota_samples < 10 or obs.ray_samples < 5:
+        problems.append(f"too few samples: {obs.quota_samples} of quota, {obs.ray_samples} of Ray")
+    return SoakResult(plan, summary, problems)
+
+
+def _leftovers(probe: RayProbe, obs: Observations, within_s: float = 30) -> list[str]:
+    """No actor or placement group of any job on Ray, no rank process that
+    served a job alive, and of the warm rank pool only its idle ones."""
+    pids = {p for job_pids in obs.pids.values() for p in job_pids}
+    deadline = time.monotonic() + within_s
+    while True:
+        pooled = probe.leftovers("brigade-pool-")
+        left = (probe.leftovers("brigade-j-") + [f"pid {p}" for p in sorted(pids) if alive(p)]
+                + (pooled if len(pooled) > RANK_POOL_SIZE else []))
+        if not left or time.monotonic() > deadline:
+            return [f"left on the cluster after every job ended: {left[:20]}"] if left else []
+        time.sleep(0.5)

@@ -1,0 +1,141 @@
+"""What a soak runs, decided up front from one seed: the tenants (weights,
+quotas, priority ceilings), every job (who submits it, when, its size,
+priority and engine config) and the fault schedule. Pure: no server, no clock.
+
+The engine configs are few on purpose: a job's loss curve depends on its
+config (and, in float round-off, its world size), so one uninterrupted
+reference run per (config, world size) checks every job of that config.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+MODEL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16, "vocab_size": 256}
+
+# name -> (n_layers, steps, checkpoint.every_steps). Most jobs are short (the
+# soak is about many lives, not long ones); the long ones are where a fault
+# lands mid-run, between checkpoints.
+CONFIGS: dict[str, tuple[int, int, int]] = {
+    "short": (1, 6, 3),
+    "medium": (1, 24, 6),
+    "long": (2, 160, 20),
+}
+CONFIG_WEIGHTS = {"short": 5, "medium": 3, "long": 2}
+SIZES = (1, 2, {"min": 1, "max": 2})  # fixed 1, fixed 2, elastic
+SIZE_WEIGHTS = (5, 2, 3)
+MAX_RESTARTS = 4  # a job is hit by at most MAX_HITS faults: chaos alone never exhausts this
+MAX_HITS = 2
+FAULT_KINDS = ("sigkill", "sigterm", "serve_restart", "disk_full")
+
+
+@dataclass(frozen=True)
+class TenantPlan:
+    name: str
+    weight: float
+    max_workers: int
+    max_running_jobs: int
+    max_priority: int
+
+    def body(self) -> dict:
+        return {"name": self.name, "weight": self.weight, "max_priority": self.max_priority,
+                "quota": {"max_workers": self.max_workers, "max_running_jobs": self.max_running_jobs,
+                          "max_queued_jobs": 1000}}
+
+
+TENANTS = (
+    TenantPlan("soak-alpha", weight=3.0, max_workers=3, max_running_jobs=2, max_priority=100),
+    TenantPlan("soak-beta", weight=2.0, max_workers=2, max_running_jobs=2, max_priority=50),
+    TenantPlan("soak-gamma", weight=1.0, max_workers=2, max_running_jobs=1, max_priority=10),
+    TenantPlan("soak-delta", weight=1.0, max_workers=1, max_running_jobs=1, max_priority=0),
+)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    index: int
+    tenant: str
+    at_s: float  # submitted this long after the soak starts
+    config: str
+    workers: int | dict
+    priority: int
+    bad_data: bool = False  # a job that must fail: its data is a directory (an injected cause)
+
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.workers, dict)
+
+    def spec(self, bad_data_uri: str | None = None) -> dict:
+        return job_spec(self.config, f"soak-{self.index:03d}-{self.config}", self.workers,
+                        priority=self.priority, bad_data_uri=bad_data_uri)
+
+
+def job_spec(config: str, name: str, workers, *, priority: int = 0,
+             bad_data_uri: str | None = None) -> dict:
+    layers, steps, every = CONFIGS[config]
+    data = {"source": "uri", "uri": bad_data_uri} if bad_data_uri else {"source": "builtin"}
+    return {
+        "name": name,
+        "workers": workers,
+        "resources_per_worker": {"cpu": 1},
+        "priority": priority,
+        "model": {**MODEL, "n_layers": layers},
+        "data": data,
+        "train": {"steps": steps, "global_batch_size": 4, "lr": 0.003, "warmup_steps": 2},
+        "checkpoint": {"every_steps": every, "keep_last": 2},
+        "max_restarts": 0 if bad_data_uri else MAX_RESTARTS,
+    }
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    kind: str  # one of FAULT_KINDS
+    seed: int  # picks the victim (job, rank) among what runs when it fires
+
+
+@dataclass
+class SoakPlan:
+    """Everything a soak does, from its seed. `faults` fire one after another,
+    `fault_gap_s` apart, once the references have finished."""
+
+    seed: int = 17
+    jobs: int = 100
+    submit_over_s: float = 90.0
+    sigkills: int = 6
+    sigterms: int = 3
+    serve_restarts: int = 2
+    disk_fills: int = 1
+    bad_data_jobs: int = 2
+    fault_gap_s: float = 7.0
+    disk_full_max_s: float = 20.0  # the disk stays full until a save fails, at most this long
+    drain_timeout_s: float = 300.0  # after the last submission, every job is final within this
+    job_plans: list[JobPlan] = field(init=False)
+    fault_plans: list[FaultPlan] = field(init=False)
+
+    def __post_init__(self) -> None:
+        rng = random.Random(self.seed)
+        bad = set(rng.sample(range(self.jobs), self.bad_data_jobs))
+        times = sorted(rng.uniform(0, self.submit_over_s) for _ in range(self.jobs))
+        self.job_plans = [self._job(i, times[i], rng, i in bad) for i in range(self.jobs)]
+        kinds = (["sigkill"] * self.sigkills + ["sigterm"] * self.sigterms
+                 + ["serve_restart"] * self.serve_restarts + ["disk_full"] * self.disk_fills)
+        rng.shuffle(kinds)
+        self.fault_plans = [FaultPlan(k, rng.randrange(2**31)) for k in kinds]
+
+    @staticmethod
+    def _job(index: int, at_s: float, rng: random.Random, bad: bool) -> JobPlan:
+        tenant = rng.choice(TENANTS)
+        config = rng.choices(list(CONFIG_WEIGHTS), weights=list(CONFIG_WEIGHTS.values()))[0]
+        workers = rng.choices(SIZES, weights=SIZE_WEIGHTS)[0]
+        if tenant.max_workers < 2:
+            workers = 1  # a size its quota can never run would be refused at submit
+        priority = rng.choice(sorted({0, tenant.max_priority // 2, tenant.max_priority}))
+        return JobPlan(index, tenant.name, at_s, "short" if bad else config, workers, priority, bad)
+
+    def reference_keys(self) -> list[tuple[str, int]]:
+        """(config, world size) of every uninterrupted run the checks compare with."""
+        return [(c, ws) for c in CONFIGS for ws in (1, 2)]
+
+    def tenant(self, name: str) -> TenantPlan:
+        return next(t for t in TENANTS if t.name == name)

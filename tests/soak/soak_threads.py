@@ -1,0 +1,252 @@
+"""The threads that run beside a soak's jobs: the one that submits them over
+time, the samplers (every tenant's running workers through the API, every
+rank actor alive through Ray's public state API) and the chaos thread, which
+injects the planned faults one after another into whatever runs then.
+
+Each thread records what it did or saw in the shared `Observations`; the
+checks (soak_checks.py) read it once the soak is over.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.chaos.chaos_harness import RayProbe, free_bytes
+from tests.e2e.serve_harness import Server
+from tests.soak.soak_client import SoakClient
+from tests.soak.soak_plan import MAX_HITS, TENANTS, FaultPlan, JobPlan, SoakPlan
+
+ACTIVE = "STARTING,RUNNING,SUSPENDING,PREEMPTING,RESTARTING,CANCELLING"
+RANK_ACTOR = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)-rank-\d+$")
+SPACE_LEFT = 48 << 10  # what the filler leaves free: less than any rank's shard
+
+
+@dataclass
+class Observations:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    submitted: dict[str, JobPlan] = field(default_factory=dict)  # job id -> its plan
+    references: dict[tuple[str, int], str] = field(default_factory=dict)  # (config, ws) -> job id
+    pids: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    quota_samples: int = 0
+    ray_samples: int = 0
+    violations: list[str] = field(default_factory=list)  # what a sampler saw that must never be
+    peak: dict[str, tuple[int, int]] = field(default_factory=dict)  # tenant -> (workers, jobs) seen
+    faults: list[dict] = field(default_factory=list)  # one per injected fault
+    errors: list[str] = field(default_factory=list)  # a thread that died, and why
+
+    def violation(self, what: str) -> None:
+        with self.lock:
+            if len(self.violations) < 200:
+                self.violations.append(what)
+
+
+class Loop(threading.Thread):
+    """A daemon thread that calls `once()` every `every_s` until stopped; an
+    exception ends it and is recorded (the checks fail on it)."""
+
+    def __init__(self, name: str, obs: Observations, every_s: float):
+        super().__init__(name=name, daemon=True)
+        self.obs, self.every_s, self.stopped = obs, every_s, threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.is_set():
+                if self.once():
+                    return
+                self.stopped.wait(self.every_s)
+        except BaseException as e:  # noqa: BLE001 - recorded, the soak fails on it
+            with self.obs.lock:
+                self.obs.errors.append(f"{self.name}: {e!r}")
+
+    def once(self) -> bool:  # True: done
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=150)
+
+
+class Submitter(Loop):
+    """Submits every planned job at its time, as its tenant, with an idempotency key."""
+
+    def __init__(self, obs: Observations, plan: SoakPlan, clients: dict[str, SoakClient],
+                 data_dir: Path):
+        super().__init__("submitter", obs, 0.05)
+        self.plan, self.clients, self.data_dir = plan, clients, data_dir
+        self.todo = list(plan.job_plans)
+        self.t0 = time.monotonic()
+
+    def once(self) -> bool:
+        while self.todo and time.monotonic() - self.t0 >= self.todo[0].at_s:
+            job = self.todo.pop(0)
+            bad = None
+            if job.bad_data:  # a uri that exists but cannot be read as a file (a directory)
+                where = self.data_dir / "data-store" / "tenants" / job.tenant / "data" / f"dir-{job.index}"
+                where.mkdir(parents=True, exist_ok=True)
+                bad = f"file://{where}"
+            made = self.clients[job.tenant].post("/v1/jobs", job.spec(bad),
+                                                 idempotency_key=f"soak-{self.plan.seed}-{job.index}")
+            with self.obs.lock:
+                self.obs.submitted[made["id"]] = job
+        return not self.todo
+
+
+class QuotaSampler(Loop):
+    """Every tenant's held workers and running jobs, from one listing of the
+    active jobs (one read of the store): never over its quota. Also collects
+    every rank pid the jobs had (the leak check looks for them at the end)."""
+
+    def __init__(self, obs: Observations, admin: SoakClient):
+        super().__init__("quota-sampler", obs, 0.5)
+        self.admin = admin
+        self.quota = {t.name: t for t in TENANTS}
+
+    def once(self) -> bool:
+        active = self.admin.jobs(ACTIVE)
+        held: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for job in active:
+            held[job["tenant"]][0] += job["workers"] or 0
+            held[job["tenant"]][1] += 1
+        for tenant, (workers, jobs) in held.items():
+            with self.obs.lock:
+                was = self.obs.peak.get(tenant, (0, 0))
+                self.obs.peak[tenant] = (max(was[0], workers), max(was[1], jobs))
+            quota = self.quota.get(tenant)
+            if quota and (workers > quota.max_workers or jobs > quota.max_running_jobs):
+                self.obs.violation(f"tenant {tenant} held {workers} workers in {jobs} jobs, over its "
+                                   f"quota ({quota.max_workers} workers, {quota.max_running_jobs} jobs): "
+                                   + ", ".join(f"{j['id']} {j['state']} x{j['workers']}"
+                                               for j in active if j["tenant"] == tenant))
+        for job in active:
+            if job["state"] == "RUNNING":
+                pids = {w["pid"] for w in self.admin.get(f"/v1/jobs/{job['id']}/workers") if w["pid"]}
+                with self.obs.lock:
+                    self.obs.pids[job["id"]].update(pids)
+        with self.obs.lock:
+            self.obs.quota_samples += 1
+        return False
+
+
+class RaySampler(Loop):
+    """The rank actors alive on the cluster, by name, through Ray's public
+    state API: one attempt of a job at a time (a job never runs twice at once),
+    and no tenant's ranks over its max_workers."""
+
+    def __init__(self, obs: Observations, probe: RayProbe):
+        super().__init__("ray-sampler", obs, 1.5)
+        self.probe = probe
+        self.quota = {t.name: t.max_workers for t in TENANTS}
+
+    def once(self) -> bool:
+        attempts: dict[str, set[str]] = defaultdict(set)
+        ranks: dict[str, int] = defaultdict(int)
+        for name in self.probe.leftovers("brigade-"):
+            if m := RANK_ACTOR.match(name):
+                attempts[m["job"]].add(m["attempt"])
+                ranks[m["job"]] += 1
+        with self.obs.lock:
+            tenant_of = {job_id: plan.tenant for job_id, plan in self.obs.submitted.items()}
+            self.obs.ray_samples += 1
+        for job_id, seen in attempts.items():
+            if len(seen) > 1:
+                self.obs.violation(f"job {job_id} had attempts {sorted(seen)} alive at once on Ray")
+        by_tenant: dict[str, int] = defaultdict(int)
+        for job_id, n in ranks.items():
+            by_tenant[tenant_of.get(job_id, "admin")] += n
+        for tenant, n in by_tenant.items():
+            if tenant in self.quota and n > self.quota[tenant]:
+                self.obs.violation(f"tenant {tenant} had {n} rank actors alive on Ray, over its "
+                                   f"max_workers {self.quota[tenant]}")
+        return False
+
+
+class Chaos(Loop):
+    """The planned faults, one every `fault_gap_s`: SIGKILL or SIGTERM to a
+    random rank of a random running job (never a reference, a job that must
+    fail, or one already hit MAX_HITS times), `brigade serve` SIGKILLed and
+    started again, the checkpoint disk (a tmpfs) filled until a save fails."""
+
+    def __init__(self, obs: Observations, plan: SoakPlan, server: Server, admin: SoakClient,
+                 storage: Path | None):
+        super().__init__("chaos", obs, plan.fault_gap_s)
+        self.plan, self.server, self.admin, self.storage = plan, server, admin, storage
+        self.todo = list(plan.fault_plans)
+        self.hits: dict[str, int] = defaultdict(int)
+
+    def once(self) -> bool:
+        fault = self.todo.pop(0)
+        started = time.time()
+        if fault.kind in ("sigkill", "sigterm"):
+            record = self._signal_a_rank(fault)
+        elif fault.kind == "serve_restart":
+            record = self._restart_serve()
+        else:
+            record = self._fill_disk()
+        with self.obs.lock:
+            self.obs.faults.append({"kind": fault.kind, "at": started, **record})
+        return not self.todo
+
+    def _victims(self) -> list[dict]:
+        with self.obs.lock:
+            eligible = {j for j, p in self.obs.submitted.items() if not p.bad_data}
+        return [j for j in self.admin.jobs("RUNNING")
+                if j["id"] in eligible and self.hits[j["id"]] < MAX_HITS]
+
+    def _signal_a_rank(self, fault: FaultPlan) -> dict:
+        rng = random.Random(fault.seed)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            victims = sorted(self._victims(), key=lambda j: j["id"])
+            # Mid-run where there is a choice: past its first step.
+            stepping = [j for j in victims if j["step"] >= 1] or victims
+            if stepping:
+                job = rng.choice(stepping)
+                workers = sorted(self.admin.get(f"/v1/jobs/{job['id']}/workers"), key=lambda w: w["rank"])
+                pids = [w for w in workers if w["pid"]]
+                if pids:
+                    victim = rng.choice(pids)
+                    try:
+                        os.kill(victim["pid"], signal.SIGKILL if fault.kind == "sigkill" else signal.SIGTERM)
+                    except ProcessLookupError:
+                        continue  # it ended meanwhile: pick again
+                    self.hits[job["id"]] += 1
+                    return {"job": job["id"], "rank": victim["rank"], "pid": victim["pid"],
+                            "step": job["step"], "steps": job["spec"]["train"]["steps"]}
+            time.sleep(0.2)
+        return {"skipped": "no running job to hit within 60 s"}
+
+    def _restart_serve(self) -> dict:
+        t0 = time.monotonic()
+        self.server.kill()
+        self.server.start()
+        return {"down_s": time.monotonic() - t0}
+
+    def _fill_disk(self) -> dict:
+        if self.storage is None:
+            return {"skipped": "no tmpfs under the checkpoint storage"}
+        filler = self.storage / "soak-filler.bin"
+        with open(filler, "wb") as f:  # all but a few KB: the next save of any job fails
+            f.truncate(0)
+            left = free_bytes(self.storage) - SPACE_LEFT
+            chunk = b"\0" * (1 << 20)
+            while left > 0:
+                left -= f.write(chunk[:min(left, len(chunk))])
+        t0 = time.monotonic()
+        failed: list[str] = []
+        while not failed and time.monotonic() - t0 < self.plan.disk_full_max_s:
+            for job in self.admin.jobs("RUNNING"):
+                rows = self.admin.get(f"/v1/jobs/{job['id']}/metrics")
+                if any(r.get("checkpoint_error") for r in rows):
+                    failed.append(job["id"])
+            time.sleep(0.3)
+        full_s = time.monotonic() - t0
+        filler.unlink()
+        return {"full_s": full_s, "saves_failed_in": failed}
