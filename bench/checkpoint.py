@@ -489,33 +489,49 @@ def report(results: list[dict], reps: int, world_sizes: str, png: str) -> str:
 
 FINDINGS = """### What limits it here
 
-These notes come from earlier runs on a quiet machine (load below 1), whose figures they quote;
-under load every figure above is slower, the ratios less so. That quiet run (7 repetitions):
-blocking save 0.48 s (ws 1) / 0.61 s (ws 2), 0.26x / 0.35x the raw write (median), 0.25x / 0.33x
-best / best; async stall 43 ms / 62 ms = 0.089x of the blocking save at both sizes.
+Before this round (2026-11-30, the same benchmark): save 0.26-0.69x the raw write, load 0.24x
+the raw read, async stall 0.09-0.16x of a blocking save. A blocking save was DCP's write (57%),
+then a second pass over its files for the manifest's sha256 (39%), then retention (8%); a load
+was a sha256 pass over every file, then DCP's read (torch.load per tensor into fresh memory,
+then a copy into the live tensor). Profiled on this machine (one process, 305 MB in 294 tensors):
+torch.save into a null sink 0.11 s, of which 0.08 s is its crc32; the writes into the page cache
+0.10-0.17 s; fsync 0.10-0.12 s; sha256 1.35 GB/s on one core (0.23 s); a warm memcpy 0.03-0.04 s;
+the first touch of fresh memory ~0.3 GB/s (the VM backs pages lazily: virtio_balloon /
+virtio_mem), which made torch.load's fresh tensors cost 0.4-0.7 s.
 
-- The \"raw disk\" is a virtual disk (Firecracker VM, virtio) whose flush is fast: fdatasync of
-  300 MB takes ~0.07 s, so a raw write is ~0.05 s of copying into the page cache plus the
-  flush, about 2.5 GB/s, when the pages are already backed. Some writes (raw and ours alike)
-  take 0.3-0.8 s more: allocating page-cache pages the host has to back again (the guest has
-  virtio_balloon / virtio_mem), not the disk. Hence the bimodal raw baseline, and a median
-  ratio that swings between runs; best-of-N is the steadier comparison.
-- Our save is CPU-bound at ~0.6-0.7 GB/s: DCP's write (torch.save per tensor into a zip
-  record with a crc32, buffered copies, fsync) ~0.24 s for 300 MB on one rank, then a
-  second pass over the same bytes for the manifest's sha256 (~2 GB/s with SHA extensions:
-  ~0.15 s, more than the whole raw write), then retention's delete of the previous step
-  (~0.05 s). Against a ~2.5 GB/s disk, 0.7x would need the whole save in ~0.17 s: not
-  reachable without hashing while writing (overlapped on another core) and a cheaper
-  serializer than DCP's. Roughly, our save is the raw write plus ~0.35 s of CPU per
-  300 MB per rank, so it reaches 0.7x only where the raw write of a rank's share takes
-  >= ~0.8 s, i.e. storage slower than ~0.4 GB/s per writer (the slow raw writes here,
-  0.5-0.8 s, give 0.7-1.0x, as this model says).
-- Load is CPU-bound the same way: the sha256 verify pass (a deliberate safety check: DCP's
-  `.metadata` is a pickle) plus DCP's read and copy into the live tensors.
-- Async saves keep their staging copy between saves (`checkpoints/checkpointer.py`, a
-  `DefaultStager` owned by the `Checkpointer`): a save copies into it instead of allocating
-  and page-faulting a fresh copy of the state, which was most of the stall (0.10-0.16 s before,
-  0.03-0.06 s after, at world size 1 and 2). The price is one copy of the rank's state held in CPU memory.
+What changed (`checkpoints/`):
+
+- Save: `HashingWriter` (DCP's `FsspecWriter`, the same files) counts each file's sha256 as DCP
+  writes it, on a thread of its own per file, so the hash of one tensor overlaps the
+  serialization and write of the next and the fsync; the manifest's digests come from there (the
+  same sha256 per file: verification and exports unchanged). torch.save's crc32 is off for these
+  writes: torch.load never checks it (a flipped byte loads silently), the sha256 covers every
+  byte. Retention and its listing run after the commit on rank 0's housekeeping thread.
+- Load: `VerifyingReader` checks `.metadata` before it is unpickled, then gives each shard file
+  to the rank that reads most of it, which reads it once, start to end, hashing beside the reads;
+  a record is deserialized as a view of the read buffer (`checkpoints/dcp_records.py`: no fresh
+  memory per tensor) and copied into the live tensor with one memmove (torch's threaded `copy_`
+  ran ten times slower beside the hash thread on two cores). A mismatch raises on every rank; the
+  load passes over the step and reads an older one over the whole state, or raises.
+- Async stall: `StateStager` builds the staging copy once and then only copies each tensor into
+  it (DCP's stager walked and re-keyed the state every save; FSDP's state dict hands out fresh
+  views, so its cache keyed by tensor objects missed at world size 1).
+
+What is left, and why the goals are missed where they are:
+
+- Save: met on the median, missed on best / best (0.6-0.75x). The floor of a checksummed save is
+  the sha256 of the rank's bytes on one core: 0.23 s per 305 MB, longer than the fast mode of
+  the raw write here (0.12-0.2 s, ~2.5 GB/s when the page-cache pages are already backed); in
+  the slow mode (0.5-1 s) the save matches or beats it. At world size 2 each rank hashes half,
+  but the two cores also run both writers.
+- Load: missed, 0.3x the cold raw read. Per 305 MB on one rank: the sha256 (0.23 s, the floor
+  again, against a cold read of 0.15-0.19 s at 1.6-2.1 GB/s), unpickling each record's header
+  (~0.4 ms x 294 records), the memmove into the live tensors (0.06 s), and FSDP's get / set of
+  the state dict; with two cores shared with other jobs the read, the hash and the copies
+  overlap only in part. A warm raw read is a memory copy (5-12 GB/s): no checksummed load
+  approaches it.
+- Async stall: met, just (1.4-1.5x the memcpy): the staging copy is the memcpy; the rest is
+  rank 0's fresh-directory check and FSDP's get_state_dict (~10 ms).
 - With two cores, the background write competes with training: the step that runs while the
   save is in flight is slower (last column), the real cost of an async save on this machine.
 """
