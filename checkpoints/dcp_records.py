@@ -8,9 +8,10 @@ that rebuilds the tensor: dtype, shape, strides) and `{prefix}/data/{key}`
 zip's central directory, unpickles `data.pkl` with torch's weights-only
 unpickler (what `torch.load(weights_only=True)` uses, so only tensors and
 plain types come out) and gives it storages that are views of the record's
-bytes. torch.load itself would allocate and fill fresh storage per tensor
-(on these VMs the first touch of fresh memory is slower than the disk) and
-costs ~1 ms per record in Python callbacks. Anything unexpected in the zip
+bytes; a `data.pkl` seen before is not unpickled again (`_LAYOUTS`).
+torch.load itself would allocate and fill fresh storage per tensor (on these
+VMs the first touch of fresh memory is slower than the disk) and costs ~1 ms
+per record in Python callbacks. Anything unexpected in the zip
 (zip64, compression, big-endian data) goes to `torch.load`.
 
 `copy_into` copies contiguous tensors with one `memmove` (single-threaded,
@@ -33,6 +34,12 @@ _EOCD = struct.Struct("<4sHHHHIIH")  # end of central directory, without the com
 _CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # central directory file header
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # local file header
 _U32_MAX = 0xFFFFFFFF
+
+# data.pkl -> (storage key, dtype, shape, strides, storage offset): a record's
+# pickle says only these, so one seen before needs no unpickling (~0.4 ms):
+# a model's tensors come in a few shapes.
+_LAYOUTS: dict[bytes, tuple[str, torch.dtype, tuple[int, ...], tuple[int, ...], int]] = {}
+_MAX_LAYOUTS = 4096
 
 
 class _Unexpected(Exception):
@@ -66,6 +73,17 @@ def _view_of(record: memoryview) -> torch.Tensor:
     byteorder = members.get(f"{prefix}byteorder")
     if byteorder is not None and bytes(record[slice(*byteorder)]) != b"little":
         raise _Unexpected("not little-endian")
+    pickled = bytes(record[slice(*members[pickles[0]])])
+    layout = _LAYOUTS.get(pickled)
+    if layout is not None:  # a pickle seen before: the same dtype, shape, strides and offset
+        key, dtype, size, stride, offset = layout
+        span = members.get(f"{prefix}data/{key}")
+        if span is None:
+            raise _Unexpected(f"no storage {key}")
+        base = (torch.frombuffer(record[slice(*span)], dtype=dtype) if span[1] > span[0]
+                else torch.empty(0, dtype=dtype))
+        return base.as_strided(size, stride, offset)
+    loaded: list[tuple[str, torch.dtype]] = []
 
     def persistent_load(saved_id: Any) -> torch.storage.TypedStorage:
         typename, storage_type, key, _location, numel = saved_id
@@ -76,18 +94,23 @@ def _view_of(record: memoryview) -> torch.Tensor:
         span = members.get(f"{prefix}data/{key}")
         if span is None or span[1] - span[0] != nbytes:
             raise _Unexpected(f"storage {key} is not {nbytes} bytes")
+        loaded.append((key, dtype))
         if nbytes == 0:
             untyped = torch.UntypedStorage(0)
         else:
             untyped = torch.frombuffer(record[slice(*span)], dtype=torch.uint8).untyped_storage()
         return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
-    start, end = members[pickles[0]]
-    unpickler = _weights_only_unpickler.Unpickler(io.BytesIO(record[start:end]), encoding="utf-8")
+    unpickler = _weights_only_unpickler.Unpickler(io.BytesIO(pickled), encoding="utf-8")
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     tensor = unpickler.load()
     if not isinstance(tensor, torch.Tensor):
         raise _Unexpected(f"a {type(tensor).__name__}, not a tensor")
+    plain = (type(tensor) is torch.Tensor and not tensor.requires_grad and not tensor.__dict__
+             and len(loaded) == 1 and loaded[0][1] == tensor.dtype)
+    if plain and len(_LAYOUTS) < _MAX_LAYOUTS:
+        _LAYOUTS[pickled] = (loaded[0][0], tensor.dtype, tuple(tensor.shape), tensor.stride(),
+                             tensor.storage_offset())
     return tensor
 
 
