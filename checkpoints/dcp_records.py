@@ -110,7 +110,7 @@ def _view_of(record: memoryview) -> torch.Tensor:
              and len(loaded) == 1 and loaded[0][1] == tensor.dtype)
     if plain and len(_LAYOUTS) < _MAX_LAYOUTS:
         _LAYOUTS[pickled] = (loaded[0][0], tensor.dtype, tuple(tensor.shape), tensor.stride(),
-                             tensor.storage_offset())
+                             int(tensor.storage_offset()))
     return tensor
 
 
