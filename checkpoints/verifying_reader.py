@@ -136,7 +136,12 @@ class VerifyingReader(FsspecReader):
         for item in plan.items:
             per_file[self.storage_data[item.storage_index].relative_path].append(item)
         verify = set(plan.storage_data or ())
-        reasons = []
+        # DCP's plan names only files the manifest lists (the commit checks it); one it
+        # does not list could not be verified: refused before anything is read.
+        reasons = [f"step {self._step}: file {name} is not in the manifest"
+                   for name in sorted(per_file) if name not in self._expected]
+        if reasons:
+            raise ChecksumMismatch("; ".join(reasons))
         for name in sorted(per_file.keys() | verify):
             path = self.fs.concat_path(self.path, name)
             records = self._records(per_file.get(name, []))

@@ -38,7 +38,15 @@ class TrainerCheckpoints:
 
     def resume(self, trainer: Trainer) -> LoadResult | None:
         """Load the newest committed step that verifies into `trainer`, at its
-        current world size and sharding; None on a fresh start."""
+        current world size and sharding; None on a fresh start.
+
+        Files are verified as DCP reads them into the live model and optimizer:
+        a step that fails is passed over and the next older one is read over
+        the whole state. If none loads after one was read in part, this raises
+        (`CheckpointInvalid`): the state is no longer the fresh one, so the
+        attempt fails rather than train from it (a restart meets the same
+        steps: the job ends failed with the reason, never silently restarted
+        from a mix of two states)."""
         result = self.checkpointer.resume({"app": ModelAndOptimizer(trainer.model, trainer.optimizer)})
         if result is not None:
             restore_extra(trainer, result.extra)
