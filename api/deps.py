@@ -14,7 +14,7 @@
 They are `async`: FastAPI runs a sync dependency in its thread pool, a hop
 there and back (~0.1 ms of a ~1 ms request) for each. What they do on the event
 loop is in memory (the admin key's compare, the key cache, the rate limiter)
-or a local read (`read`); a key not in the cache, a session, and any read of a
+or a local read on the loop's own connection (`read`); a key not in the cache, a session, and any read of a
 database server go to the pool.
 """
 
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import hmac
 import re
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
@@ -31,7 +32,10 @@ from starlette.exceptions import HTTPException
 
 from api.errors import ApiError, not_found
 from api.sessions import COOKIE, CSRF_HEADER, SAFE_METHODS
+from service.store.job_reads import JobReads
 from service.store.tenants import ADMIN_TENANT
+
+T = TypeVar("T")
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
@@ -130,7 +134,7 @@ async def _owned_job(job_id: Annotated[str, Path()], tenant: CurrentTenant, stor
     owner = None if tenant == ADMIN_TENANT else tenant
     job = None
     if _JOB_ID.match(job_id):
-        job = await read(store, store.get_job, job_id, tenant=owner)
+        job = await read(store, JobReads.get_job, job_id, tenant=owner)
     if job is None:
         raise not_found("job", job_id)
     return job
@@ -139,10 +143,13 @@ async def _owned_job(job_id: Annotated[str, Path()], tenant: CurrentTenant, stor
 OwnedJob = Annotated[Any, Depends(_owned_job)]
 
 
-async def read(store, method, *args, **kwargs):
-    """`method(*args, **kwargs)`, one of the store's reads: called here on the
-    event loop where the store's reads are local (`JobStore.reads_are_local`),
-    else in the thread pool."""
-    if store.reads_are_local:
-        return method(*args, **kwargs)
-    return await run_in_threadpool(method, *args, **kwargs)
+async def read(store, method: Callable[..., T], *args, **kwargs) -> T:
+    """`method(reads, *args, **kwargs)`, one of `JobReads`' methods: on the
+    event loop through its own connection where the store has one
+    (`JobStore.loop_reads`: SQLite, whose reads are local, CPU work alone),
+    which no thread ever holds, so a loop read never waits for a pool; else
+    in the thread pool, through the store's (a database server's reads wait
+    on the network)."""
+    if store.loop_reads is not None:
+        return method(store.loop_reads, *args, **kwargs)
+    return await run_in_threadpool(method, store.reads, *args, **kwargs)

@@ -7,6 +7,20 @@ a running one a few times a minute. Each job's JSON is kept under every field
 stands for it), read from the record itself, so a job that changed in any way
 it shows is a new entry and an old one is never answered. A page is its jobs'
 JSON joined, byte for byte what `JobsPublic.model_dump_json` writes.
+
+`JobPages` keeps whole pages: a dashboard polling the same list every few
+seconds asks for the same page while none of its jobs changes. A page is kept
+with the version of its tenant's jobs it was read at (`JobReads.jobs_version`:
+a count the database bumps in every transaction that writes one of the
+tenant's jobs, whoever writes), and answered again only while that version
+still stands: each request reads the version (one row), and a page read
+after a change is read anew. The version is read before the page, so a page
+is never older than the version it is kept under; a write that lands between
+the two makes the page newer than its version, and the next request, seeing
+the new version, reads it again. Nothing is answered on time alone. The key
+is the tenant the page is of after auth (the admin's list of every tenant's
+is its own key, checked against the sum of every tenant's version), so one
+tenant's page is never another's.
 """
 
 from __future__ import annotations
@@ -14,9 +28,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from api.schemas import JobPublic
+from service.states import JobState
+from service.store.job_reads import JobReads
 
 _SHOWN = tuple(name for name in JobPublic.model_fields if name not in ("spec", "waiting"))
 
@@ -48,3 +64,48 @@ class JobJson:
         items = b",".join(self.of(record) for record in records)
         return (b'{"items":[' + items + b'],"total":%d,"limit":%d,"offset":%d}'
                 % (total, limit, offset))
+
+
+class PageQuery(NamedTuple):
+    """What a page of `GET /v1/jobs` is of: whose jobs (None: every
+    tenant's, the admin's), which states, which slice, which name."""
+
+    tenant: str | None
+    states: tuple[JobState, ...] | None
+    limit: int
+    offset: int
+    name: str | None
+
+
+class JobPages:
+    def __init__(self, jobs: JobJson, max_bytes: int = 16 << 20, max_pages: int = 1024):
+        self._jobs, self._max_bytes, self._max_pages = jobs, max_bytes, max_pages
+        self._pages = OrderedDict[PageQuery, tuple[int, bytes]]()  # query -> (version, JSON)
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def json(self, reads: JobReads, query: PageQuery) -> bytes:
+        """The page's `JobsPublic` JSON as of now."""
+        version = reads.jobs_version(query.tenant)  # before the page: see the module's doc
+        found = self._pages.get(query)
+        if found is not None and found[0] == version:
+            return found[1]
+        items, total = reads.list_jobs(tenant=query.tenant, states=query.states,
+                                       limit=query.limit, offset=query.offset, name=query.name)
+        made = self._jobs.page(items, total, query.limit, query.offset)
+        self._keep(query, version, made)
+        return made
+
+    def _keep(self, query: PageQuery, version: int, made: bytes) -> None:
+        with self._lock:
+            old = self._pages.get(query)
+            if old is not None:
+                if old[0] > version:
+                    return  # a newer page came first (two threads at once)
+                self._bytes -= len(old[1])
+            self._pages[query] = (version, made)
+            self._pages.move_to_end(query)
+            self._bytes += len(made)
+            while self._bytes > self._max_bytes or len(self._pages) > self._max_pages:
+                _, (_, dropped) = self._pages.popitem(last=False)
+                self._bytes -= len(dropped)

@@ -71,8 +71,17 @@ collection of the server took ~90 ms); on SQLite those reads run on the event lo
 (no hop; Postgres reads stay in the pool); the answer is serialised once, not validated
 again against its response model, and a listed job's JSON is kept until it changes
 (`api/job_json.py`); the access-log filter passes plain text through untouched and the
-request metrics keep their labelled series. Auth, tenant isolation, the rate limiter,
-audit, the access log and the metrics do what they did."""
+request metrics keep their labelled series. Then (`GET /v1/jobs`): a page's JSON is kept
+with the version of its tenant's jobs it was read at and answered again while that version
+stands (`api/job_json.py` JobPages): the version is a count the database's own triggers bump
+in every transaction that writes one of the tenant's jobs (migration 0006, SQLite and
+Postgres: writes of another API process, of the supervisor, of a script count too), read
+before the page, one row a request; nothing is answered on time alone. The store does not
+change while this bench runs, so every page after the first is a kept one: what a dashboard
+polling its list sees between changes; a page after a change costs the read and the JSON
+above plus the version's row. The event loop's reads go through a read-only connection of
+their own, never the pool the threads share (`service/store/engine.py` loop_reader). Auth,
+tenant isolation, the rate limiter, audit, the access log and the metrics do what they did."""
 RATE_GOAL = 0.8  # each Brigade route's requests/s >= this x the peer's, one client
 P99_GOAL = 3.0  # p99 at `--clients` clients <= this x the one-client p99
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from api.audit import Audit
 from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep, read
 from api.errors import ApiError
-from api.job_json import JobJson
+from api.job_json import JobJson, JobPages, PageQuery
 from api.responses import json_of
 from api.schemas import (
     CheckpointPublic,
@@ -36,7 +36,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
 Index = Annotated[int, Query(ge=0, le=MAX_INDEX)]
-_JOB_JSON = JobJson()  # each listed job's JSON, kept while it does not change
+# Each listed job's JSON, kept while it does not change; each page's, while its tenant's
+# jobs do not (api/job_json.py).
+_PAGES = JobPages(JobJson())
 
 
 @router.post("", status_code=201, response_model=JobPublic,
@@ -80,10 +82,10 @@ async def list_jobs(
         description="the admin: only this tenant's jobs (default: every tenant's)")] = None,
 ) -> Response:
     """A tenant's own jobs; for the admin key, every tenant's (or `tenant`'s)."""
-    owner = listed_tenant(tenant, of_tenant)
-    items, total = await read(store, store.list_jobs, tenant=owner, states=parse_states(state),
-                              limit=limit, offset=offset, name=name)
-    return Response(_JOB_JSON.page(items, total, limit, offset), media_type="application/json")
+    states = parse_states(state)
+    query = PageQuery(tenant=listed_tenant(tenant, of_tenant), limit=limit, offset=offset,
+                      states=None if states is None else tuple(states), name=name or None)
+    return Response(await read(store, _PAGES.json, query), media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobPublic)

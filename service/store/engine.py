@@ -10,6 +10,18 @@ every write transaction a `BEGIN IMMEDIATE`: writers queue on the busy timeout
 and each sees the latest committed state. A read of one statement
 (`single_reads`) begins nothing on SQLite: one SELECT is consistent by itself,
 and BEGIN and COMMIT would be two more round trips through the driver.
+
+The event loop's reads (`loop_reader`, SQLite only) have an engine of their
+own on the same file, never the pool the threads share. A read on the loop
+that waited for a connection held by threads (a burst of writes, a slow
+export, a leak) would stall every request of the server, so it must never
+wait on one: its pool keeps one connection, which the loop uses one read at a
+time, and a checkout that finds it taken opens another (no limit, so no
+waiting) rather than queueing. The connection is read-only (`query_only`): in
+WAL mode a reader waits on no writer, so the loop never waits on the file
+either. (The other way, trying the shared pool and hopping to a thread when
+it has nothing free, would still hand the loop a pool the threads drain, and
+a check of the pool and its checkout cannot be one step.)
 """
 
 from __future__ import annotations
@@ -49,6 +61,16 @@ def build_engines(url: str | URL) -> tuple[Engine, Engine]:
     return engine, engine.execution_options(**{_WRITE: True})
 
 
+def loop_reader(url: str | URL) -> Engine | None:
+    """The event loop's own read-only engine where reads are local (SQLite),
+    never waiting for a connection; None elsewhere (a read of a server waits
+    on the network: it runs in the thread pool)."""
+    url = normalize_url(url)
+    if url.get_backend_name() != "sqlite":
+        return None
+    return _sqlite_engine(url, read_only=True)
+
+
 def single_reads(reader: Engine) -> Engine:
     """The reader for one-statement reads (`_on_begin`: no BEGIN on SQLite;
     elsewhere the driver's own implicit transaction)."""
@@ -68,17 +90,20 @@ def _strict_json(value) -> str:
     return json.dumps(value, allow_nan=False)
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
     if url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
         raise ValueError(
             "the job store needs a SQLite file (sqlite:///path/brigade.db), not an "
             "in-memory database: each pooled connection would see its own empty one"
         )
     Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    # The loop's: one connection kept, any more opened at once (max_overflow -1: no limit).
+    pool = {"pool_size": 1, "max_overflow": -1} if read_only else {}
     engine = create_engine(
         url,
         json_serializer=_strict_json,
         connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        **pool,
     )
 
     @event.listens_for(engine, "connect")
@@ -89,6 +114,8 @@ def _sqlite_engine(url: URL) -> Engine:
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")  # durable across crashes in WAL mode
+        if read_only:
+            cursor.execute("PRAGMA query_only=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

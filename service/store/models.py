@@ -123,6 +123,18 @@ class Job(Base):
         return job_record(self)
 
 
+class JobChanges(Base):
+    """How many times each tenant's jobs changed: bumped by the database
+    itself (migration 0006's triggers on `jobs`) in every transaction that
+    inserts, updates or deletes a job; a row is never removed or lowered.
+    What a cached page of jobs is checked against (`service.store.job_reads`)."""
+
+    __tablename__ = "job_changes"
+
+    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+
+
 def job_row_columns() -> list:
     """The jobs table's columns in order, the spec as its stored text
     (`job_row_record` decodes it once per job)."""

@@ -10,7 +10,6 @@ win, and a change the table forbids is never written.
 
 from __future__ import annotations
 
-import functools
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Select, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Select, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
@@ -30,7 +29,7 @@ from service.log_text import printable
 from service.scheduling import Demand, QuotaPolicy
 from service.states import ACTIVE, TERMINAL, JobState, check_transition
 from service.store.audit import AuditStore
-from service.store.engine import build_engines, normalize_url, single_reads, transaction
+from service.store.engine import build_engines, loop_reader, normalize_url, transaction
 from service.store.errors import (
     ConcurrentUpdate,
     JobNotFound,
@@ -38,6 +37,7 @@ from service.store.errors import (
     QuotaExceeded,
     UnexpectedState,
 )
+from service.store.job_reads import JobReads
 from service.store.models import (
     LOG_LINE_LENGTH,
     Job,
@@ -45,8 +45,6 @@ from service.store.models import (
     JobLog,
     JobMetrics,
     Tenant,
-    job_row_columns,
-    job_row_record,
     utcnow,
 )
 from service.store.records import EventRecord, JobRecord, LogRecord
@@ -58,12 +56,6 @@ MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
 TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
 METRICS_BATCH = 500  # rows per upsert statement (SQLite caps bound parameters)
 _MIGRATION_LOCK = int.from_bytes(b"brigade!", "big")  # a Postgres advisory lock key
-# The API's reads, built once: Core rows of the jobs table, no ORM objects
-# (a job read through a Session and the ORM cost ~0.3 ms; this ~0.1 ms).
-_JOBS = Job.__table__
-_JOB_ROW = job_row_columns()
-_JOB_BY_ID = select(*_JOB_ROW).where(_JOBS.c.id == bindparam("job_id"))
-_JOB_OF_TENANT = _JOB_BY_ID.where(_JOBS.c.tenant == bindparam("tenant"))
 _SETTABLE = frozenset(
     {"priority", "workers", "requested_workers", "step", "restarts", "preemptions",
      "attempt", "error", "latest_checkpoint"}
@@ -91,7 +83,11 @@ class JobStore:
     def __init__(self, url: str | URL):
         self.url = normalize_url(url)
         self._reader, self._writer = build_engines(self.url)
-        self._single_reader = single_reads(self._reader)
+        self.reads = JobReads(self._reader)  # the API's reads, from any thread
+        loop_engine = loop_reader(self.url)
+        # The same on the event loop's own connection (SQLite: local reads), or None.
+        self.loop_reads = None if loop_engine is None else JobReads(loop_engine)
+        self._loop_engine = loop_engine
         self.tenants = TenantStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
         self.audit = AuditStore(self._reader, self._writer)
@@ -99,15 +95,6 @@ class JobStore:
     @property
     def dialect(self) -> str:
         return self._reader.dialect.name
-
-    @property
-    def reads_are_local(self) -> bool:
-        """True where `get_job` and `list_jobs` read a local file (SQLite, in
-        WAL mode: readers wait on no writer), CPU work alone (~0.1 ms a job,
-        ~1 ms a page of 50), so an event loop may call them rather than hop to
-        a thread (~0.1 ms there and back); False where they wait on a server
-        (Postgres)."""
-        return self.dialect == "sqlite"
 
     def ping(self) -> None:
         """A round trip to the database (raises what the driver raises)."""
@@ -126,6 +113,8 @@ class JobStore:
     def dispose(self) -> None:
         """Close the pooled connections (the store may be used again: it reconnects)."""
         self._reader.dispose()
+        if self._loop_engine is not None:
+            self._loop_engine.dispose()
 
     close = dispose
 
@@ -178,12 +167,7 @@ class JobStore:
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord | None:
         """The job, or None; with `tenant`, None unless the job is that tenant's."""
-        query, params = _JOB_BY_ID, {"job_id": job_id}
-        if tenant is not None:
-            query, params = _JOB_OF_TENANT, {"job_id": job_id, "tenant": tenant}
-        with self._single_reader.connect() as connection:
-            row = connection.execute(query, params).one_or_none()
-        return None if row is None else job_row_record(row)
+        return self.reads.get_job(job_id, tenant=tenant)
 
     def list_jobs(
         self, *, tenant: str | None, states: Iterable[JobState] | None = None,
@@ -191,16 +175,8 @@ class JobStore:
     ) -> tuple[list[JobRecord], int]:
         """One page of a tenant's jobs (tenant None: every tenant's), newest
         first, and how many there are in all."""
-        params = {"tenant": tenant, "limit": limit, "offset": offset,
-                  "states": None if states is None else [JobState(s).value for s in states]}
-        count, query = _list_queries(tenant is not None, states is not None)
-        if name:  # a part of the job's name, taken literally (no wildcards)
-            named = _JOBS.c.name.contains(name, autoescape=True)
-            count, query = count.where(named), query.where(named)
-        with self._reader.connect() as connection, connection.begin():  # count and page agree
-            total = connection.execute(count, params).scalar_one()
-            page = connection.execute(query, params)
-            return [job_row_record(row) for row in page], total
+        return self.reads.list_jobs(tenant=tenant, states=states, limit=limit, offset=offset,
+                                    name=name)
 
     def count_by_state(self) -> dict[JobState, int]:
         """How many jobs of all tenants are in each state (every state listed)."""
@@ -487,22 +463,6 @@ class JobStore:
             index_elements=[JobMetrics.job_id, JobMetrics.step],
             set_={name: upsert.excluded[name] for name in ("attempt", "time", "metrics")},
         )
-
-
-@functools.cache
-def _list_queries(by_tenant: bool, by_state: bool) -> tuple[Select, Select]:
-    """(count, page) of `list_jobs`, with bound parameters: built and compiled
-    once per shape rather than on every call (~0.2 ms a page)."""
-    conditions = []
-    if by_tenant:
-        conditions.append(_JOBS.c.tenant == bindparam("tenant"))
-    if by_state:
-        conditions.append(_JOBS.c.state.in_(bindparam("states", expanding=True)))
-    count = select(func.count()).select_from(_JOBS).where(*conditions)
-    page = (select(*_JOB_ROW).where(*conditions)
-            .order_by(_JOBS.c.created_at.desc(), _JOBS.c.id.desc())
-            .limit(bindparam("limit")).offset(bindparam("offset")))
-    return count, page
 
 
 @contextmanager

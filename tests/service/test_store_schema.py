@@ -19,8 +19,8 @@ from service.store.models import Base
 from service.store.store import MIGRATIONS_DIR, alembic_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"jobs", "job_events", "job_metrics", "job_logs", "tenants", "dashboard_sessions",
-          "audit_events"}
+TABLES = {"jobs", "job_changes", "job_events", "job_metrics", "job_logs", "tenants",
+          "dashboard_sessions", "audit_events"}
 
 
 def schema_differences(url: str) -> list:

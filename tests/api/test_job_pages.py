@@ -1,0 +1,120 @@
+"""`GET /v1/jobs` and `GET /v1/jobs/{id}` through a real server on a real
+SQLite file: a page kept by the API (`api.job_json.JobPages`) is never
+answered after one of its jobs changed, however the change was made; and the
+event loop's reads never wait on the pool the threads share.
+
+Its own server, not the Ray-backed one of conftest: nothing here needs a
+cluster (the supervisor is never started)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from api.app import create_app
+from service.states import JobState as S
+from service.store import JobStore
+from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.live_server import LiveServer
+
+SPEC = {"name": "paged", "workers": 1, "train": {"steps": 10},
+        "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16}}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(server URL, its store, a second store on the same file: another process)."""
+    control = make_supervisor(tmp_path_factory.mktemp("pages"))
+    other = JobStore(control.store.url)
+    with LiveServer(create_app(control)) as live:
+        yield live.url, control.store, other
+    other.dispose()
+    control.store.dispose()
+
+
+def _client(url: str, key: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=5)
+
+
+def _submit(store, tenant: str, name: str):
+    from workers.spec import JobSpec
+
+    job, _ = store.create_job(tenant=tenant, name=name, spec=JobSpec.model_validate(SPEC))
+    return job
+
+
+def _listed(client: httpx.Client) -> dict[str, str]:
+    answer = client.get("/v1/jobs")
+    assert answer.status_code == 200, answer.text
+    return {job["id"]: job["state"] for job in answer.json()["items"]}
+
+
+def test_a_kept_page_shows_every_change_in_the_very_next_get(served):
+    url, store, other = served
+    _, key = store.tenants.create("paged")
+    _, other_key = store.tenants.create("elsewhere")
+    first = _submit(store, "paged", "first")
+    with _client(url, key) as tenant, _client(url, ADMIN_KEY) as admin:
+        assert _listed(tenant) == {first.id: "QUEUED"}
+        assert _listed(tenant) == {first.id: "QUEUED"}  # answered from the kept page
+        everyone = _listed(admin)
+
+        other.transition(first.id, S.CANCELLED, reason="another process")  # a state change
+        assert _listed(tenant) == {first.id: "CANCELLED"}
+
+        second = _submit(other, "paged", "second")  # a new job
+        assert _listed(tenant) == {first.id: "CANCELLED", second.id: "QUEUED"}
+
+        other.update_job(second.id, step=4)  # a field the page shows, not the state
+        steps = {j["id"]: j["step"] for j in tenant.get("/v1/jobs").json()["items"]}
+        assert steps[second.id] == 4
+
+        other.delete_job(first.id)  # a deleted job
+        assert _listed(tenant) == {second.id: "QUEUED"}
+        assert tenant.get("/v1/jobs").json()["total"] == 1
+
+        theirs = _submit(other, "elsewhere", "theirs")  # another tenant's write
+        assert _listed(tenant) == {second.id: "QUEUED"}  # not on this tenant's page
+        with _client(url, other_key) as them:
+            assert _listed(them) == {theirs.id: "QUEUED"}
+        assert theirs.id in _listed(admin) and first.id not in _listed(admin)
+        assert _listed(admin) != everyone
+
+        # the same query in another shape (a filter) is its own page, just as fresh
+        other.transition(second.id, S.CANCELLED, reason="another process")
+        assert tenant.get("/v1/jobs", params={"state": "QUEUED"}).json()["items"] == []
+        assert _listed(tenant) == {second.id: "CANCELLED"}
+
+
+def test_the_event_loop_answers_with_every_pooled_connection_held_by_threads(served):
+    url, store, _ = served
+    job = _submit(store, "admin", "pool-held")
+    pool = store._reader.pool  # the pool the thread-pool routes (the writes) share
+    held, release = threading.Barrier(pool.size() + pool._max_overflow + 1), threading.Event()
+
+    def hold() -> None:
+        with store._reader.connect():
+            held.wait()
+            release.wait(30)
+
+    threads = [threading.Thread(target=hold, daemon=True) for _ in range(held.parties - 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        held.wait(10)
+        assert pool.checkedout() == pool.size() + pool._max_overflow  # none left to lend
+        with _client(url, ADMIN_KEY) as admin:
+            started = time.monotonic()
+            one = admin.get(f"/v1/jobs/{job.id}")
+            page = admin.get("/v1/jobs", params={"name": "pool-held"})
+            took = time.monotonic() - started
+        assert one.status_code == 200 and one.json()["id"] == job.id
+        assert page.status_code == 200 and [j["id"] for j in page.json()["items"]] == [job.id]
+        assert took < 2.0  # the pool's wait for a connection is 30 s
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
