@@ -19,10 +19,10 @@ MODEL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16, "vocab_size"
 # lands mid-run, between checkpoints.
 CONFIGS: dict[str, tuple[int, int, int]] = {
     "short": (1, 6, 3),
-    "medium": (1, 24, 6),
-    "long": (2, 160, 20),
+    "medium": (1, 16, 4),
+    "long": (2, 60, 10),
 }
-CONFIG_WEIGHTS = {"short": 5, "medium": 3, "long": 2}
+CONFIG_WEIGHTS = {"short": 6, "medium": 3, "long": 1}
 SIZES = (1, 2, {"min": 1, "max": 2})  # fixed 1, fixed 2, elastic
 SIZE_WEIGHTS = (5, 2, 3)
 MAX_RESTARTS = 4  # a job is hit by at most MAX_HITS faults: chaos alone never exhausts this

@@ -105,7 +105,7 @@ class QuotaSampler(Loop):
     every rank pid the jobs had (the leak check looks for them at the end)."""
 
     def __init__(self, obs: Observations, admin: SoakClient):
-        super().__init__("quota-sampler", obs, 0.5)
+        super().__init__("quota-sampler", obs, 1.0)
         self.admin = admin
         self.quota = {t.name: t for t in TENANTS}
 
@@ -141,7 +141,7 @@ class RaySampler(Loop):
     and no tenant's ranks over its max_workers."""
 
     def __init__(self, obs: Observations, probe: RayProbe):
-        super().__init__("ray-sampler", obs, 1.5)
+        super().__init__("ray-sampler", obs, 3.0)
         self.probe = probe
         self.quota = {t.name: t.max_workers for t in TENANTS}
 
