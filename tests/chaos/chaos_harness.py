@@ -30,6 +30,9 @@ ENV = {
     "BRIGADE_RAY_NUM_CPUS": "4",  # two jobs of two ranks at once
     "BRIGADE_POLL_INTERVAL_S": "0.1",
     "BRIGADE_RESTART_BACKOFF_S": "1.0",  # RESTARTING lasts >= 1 s: a controller kill can land in it
+    # Warm rank processes for two 2-rank jobs at once: two jobs submitted together start
+    # alike (one on warm ranks, one cold, the first would finish before the other got going)
+    "BRIGADE_RANK_POOL_SIZE": "4",
     "BRIGADE_PG_TIMEOUT_S": str(PG_TIMEOUT_S),
     "BRIGADE_RAY_DASHBOARD": "true",  # the leak checks read Ray's public state API
 }
