@@ -376,6 +376,9 @@ def run(args) -> Figure:
             f"| {t.activation_bytes / MB:.1f} | {t.total / MB:.1f} "
             f"| {max(r['warm_up'] for r in results[n]['ranks']) / MB:.0f} "
             f"| {min(growth) / MB:.0f}-{max(growth) / MB:.0f} | {max(growth) / t.total:.2f}x |")
+    between = {n: next(left for step, phase, _, left in max(
+        results[n]["ranks"], key=lambda r: r["growth"])["phases"] if (step, phase) == (3, "batch"))
+        - 12 * params / n for n in sizes}
     png = plot(results, theory, {n: peak[n].total for n in sizes}, params,
                args.png_dir / "memory.png")
     lines += [
@@ -394,7 +397,12 @@ def run(args) -> Figure:
         "block's unit gathered, its gradient, the reduce-scatter's buffer and the next unit "
         "prefetched. AdamW on CPU runs its per-parameter loop by default (foreach is the "
         "default only on GPUs), so its temporaries are one parameter's size; the optimizer "
-        "step's peak is the moments themselves at step 1.",
+        "step's peak is the moments themselves at step 1. Between steps a rank keeps "
+        + ", ".join(f"{between[n] / MB:.0f}" for n in sizes)
+        + f" MB (N = {', '.join(map(str, sizes))}) over its params and moments (12 B x P / N; "
+        "step 3's batch row): blocks under the allocator's threshold (below) that the heap "
+        "keeps for reuse, among them every activation of d_model's width at these "
+        "micro-batches; with FSDP2's buffers, that is what the peak has over its theory.",
         "",
         "**The C allocator** (workers/memory.py, `limit_allocator_slack`, called as the "
         "Trainer starts): glibc raises its mmap threshold to the largest block freed so far "
@@ -404,9 +412,11 @@ def run(args) -> Figure:
         "at N = 1..4 in this section's previous run (its baseline before the build, without "
         "the warm-up), 2.2x the theory at N = 4. The threshold is "
         f"now fixed at {MMAP_THRESHOLD_BYTES >> 20} MiB: every block above it is mapped on "
-        "its own and unmapped when freed. A lower one (128 KiB) kept RSS a little lower "
-        "still but cost up to 35% of step time in page faults; at 4 MiB the step time did "
-        "not change measurably.",
+        "its own and unmapped when freed. Measured apart (one process, this model, steps "
+        "of batch 3 and 12): 128 KiB kept RSS lower still (455 against 516 MB at N = 2) but "
+        "cost 35% and 18% of step time in the fresh mappings' page faults; at 4 MiB the "
+        "step time was the default's within 1%. `MALLOC_ARENA_MAX=1` changed nothing: the "
+        "slack was in one heap, not spread over threads' arenas.",
         "",
         f"![per-rank memory vs N]({png})",
         "",
