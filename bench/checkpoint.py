@@ -517,21 +517,24 @@ What changed (`checkpoints/`):
   it (DCP's stager walked and re-keyed the state every save; FSDP's state dict hands out fresh
   views, so its cache keyed by tensor objects missed at world size 1).
 
-What is left, and why the goals are missed where they are:
+What is left, and why the goals are missed where they are (two runs with this code, 12:44 and
+13:09 UTC on 2026-12-01, give the range; the ratios swing with the raw write's mode and the load):
 
-- Save: met on the median, missed on best / best (0.6-0.75x). The floor of a checksummed save is
-  the sha256 of the rank's bytes on one core: 0.23 s per 305 MB, longer than the fast mode of
-  the raw write here (0.12-0.2 s, ~2.5 GB/s when the page-cache pages are already backed); in
-  the slow mode (0.5-1 s) the save matches or beats it. At world size 2 each rank hashes half,
-  but the two cores also run both writers.
-- Load: missed, 0.3x the cold raw read. Per 305 MB on one rank: the sha256 (0.23 s, the floor
-  again, against a cold read of 0.15-0.19 s at 1.6-2.1 GB/s), unpickling each record's header
-  (~0.4 ms x 294 records), the memmove into the live tensors (0.06 s), and FSDP's get / set of
-  the state dict; with two cores shared with other jobs the read, the hash and the copies
-  overlap only in part. A warm raw read is a memory copy (5-12 GB/s): no checksummed load
-  approaches it.
-- Async stall: met, just (1.4-1.5x the memcpy): the staging copy is the memcpy; the rest is
-  rank 0's fresh-directory check and FSDP's get_state_dict (~10 ms).
+- Save: 1.06-1.39x on the median where the raw write was mostly in its slow mode, 0.46x where it
+  was mostly fast; 0.36-0.77x best / best. The floor of a checksummed save is the sha256 of the
+  rank's bytes on one core: 0.23 s per 305 MB, longer than the fast raw write here (0.12-0.2 s,
+  ~2.5 GB/s when the page-cache pages are already backed); against the slow mode (0.5-1 s) the
+  save matches or beats it. At world size 2 each rank hashes half, but the two cores also run
+  both writers and both hash threads.
+- Load: missed, 0.30-0.53x the cold raw read (0.07-0.16x warm). Per 305 MB on one rank: the
+  sha256 (0.23 s, the floor again, against a cold read of 0.14-0.19 s at 1.6-2.2 GB/s), the
+  memmove into the live tensors (0.06 s), a header parse per record, and FSDP's get / set of the
+  state dict; with two cores shared with other jobs the read, the hash and the copies overlap
+  only in part. A warm raw read is a memory copy (5-14 GB/s): no checksummed load approaches it.
+- Async stall: 1.35-1.49x the memcpy at world size 1, 1.49-1.70x at 2 (met in one run, missed
+  in the other). The staging copy itself is 1.0-1.1x the memcpy; the rest is rank 0's
+  fresh-directory check, a collective (1-4 ms), and FSDP's get_state_dict (5-10 ms), which
+  weigh more against the smaller per-rank state at world size 2.
 - With two cores, the background write competes with training: the step that runs while the
   save is in flight is slower (last column), the real cost of an async save on this machine.
 """
