@@ -336,6 +336,8 @@ class JobRunner(threading.Thread):
                                                          limit=last - first + 1)}
         missing = [{k: v for k, v in row.items() if k != "replayed"}
                    for row in carried if row["step"] not in have]
+        if last > job.step:  # the job got that far: an attempt resumed at its end steps no more
+            self.store.update_job(self.job_id, step=last)
         if not missing:
             return
         self.store.record_metrics(self.job_id, job.attempt, missing)

@@ -260,6 +260,23 @@ def test_rows_a_failed_group_never_reported_are_recovered_from_its_checkpoint(st
                          "the previous attempt's group ended)"]
 
 
+def test_a_group_lost_after_its_final_checkpoint_succeeds_on_the_replayed_rows(store):
+    # Seen in tests/soak: the last step saved, its rows unread, a rank killed; the
+    # next attempt resumes at the end and only replays them. It must succeed, not
+    # "stop short at step 2" on every attempt until max_restarts fails it.
+    job_id = submit(store)
+
+    def to_the_end_then_lost(group):
+        group.train(STEPS - 2)
+        raise RankLostError(0, "rank 0 was lost")
+
+    cluster = FakeCluster([2, to_the_end_then_lost], ["done"])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.step, job.restarts) == (S.SUCCEEDED, STEPS, 1), job.error
+    assert [r["step"] for r in store.metrics(job_id)] == list(range(1, STEPS + 1))
+
+
 def test_failures_beyond_max_restarts_fail_the_job_with_the_cause(store):
     job_id = submit(store, max_restarts=1)
     boom = RankFailedError(0, "rank 0 failed: IsADirectoryError")
