@@ -19,7 +19,8 @@ import pytest
 from tests.soak.soak_driver import run_soak
 from tests.soak.soak_plan import SoakPlan
 
-pytestmark = pytest.mark.timeout(900)  # ~5 min alone on 2 cores; more when they are shared
+# 6.7 min measured here on 2 cores shared with other runs (load 4-9); less alone.
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_a_hundred_jobs_of_four_tenants_survive_the_chaos_thread(tmp_path):
@@ -30,6 +31,6 @@ def test_a_hundred_jobs_of_four_tenants_survive_the_chaos_thread(tmp_path):
     r = result.report
     assert r["jobs"] == 100 and r["by_state"] == {"FAILED": 2, "SUCCEEDED": 98}, r
     assert r["faults"] == {"disk_full": 1, "serve_restart": 2, "sigkill": 6, "sigterm": 3}, r
-    assert r["recoveries"].get("restart", 0) >= 1 and r["recoveries"].get("preemption", 0) >= 1, r
+    assert r["restarts"] >= 1 and r["preemptions"] >= 1, r  # counters: an early kill has no recovery row
     assert r["failed_saves"] >= 1, r
     print(result.report)
