@@ -23,6 +23,10 @@ def server(tmp_path_factory):
     srv = Server(tmp_path_factory.mktemp("tenants"), env={
         "BRIGADE_PREEMPTION_GRACE_S": str(GRACE_S),
         "BRIGADE_RATE_LIMIT_PER_S": "1000", "BRIGADE_RATE_LIMIT_BURST": "1000",
+        # Fair share is measured in worker-seconds from STARTING to SUCCEEDED: with a warm
+        # rank pool some 2-second jobs start warm and others cold (the pool refills behind
+        # them), noise of the size of the share itself. Every job here starts cold alike.
+        "BRIGADE_RANK_POOL_SIZE": "0",
     }).start()
     yield srv
     srv.stop()

@@ -84,7 +84,9 @@ def job_spec(config: str, name: str, workers, *, priority: int = 0,
         "data": data,
         "train": {"steps": steps, "global_batch_size": 4, "lr": 0.003, "warmup_steps": 2},
         "checkpoint": {"every_steps": every, "keep_last": 2},
-        "max_restarts": 0 if bad_data_uri else MAX_RESTARTS,
+        # A bad-data job fails at once without spending restarts (its error is permanent);
+        # one restart lets it ride out a transient fault (a rendezvous timeout under load) first.
+        "max_restarts": 1 if bad_data_uri else MAX_RESTARTS,
     }
 
 
