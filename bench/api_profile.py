@@ -54,7 +54,9 @@ def parts_of(raw: Path) -> tuple[Counter, int]:
     for line in raw.read_text().splitlines():
         if not line.strip():
             continue
-        stack, count = line.rsplit(" ", 1)
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue  # a frame name that held a line break: its tail, with no count, is not a sample
         thread, *frames = stack.split(";")
         if not frames or not thread.endswith(REQUEST_THREADS):
             continue  # the control plane's own threads (the supervisor's loop), not a request
