@@ -20,10 +20,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+
+from bench.server import wait_healthy
 
 
 def build_app(database: str):
@@ -80,19 +80,9 @@ class PeerServer:
              "--port", str(self.port), "--log", str(self.log)],
             stdout=subprocess.DEVNULL, stderr=open(self.log.with_suffix(".err"), "wb"),
             env=dict(os.environ))
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("bench.api_peer exited: "
-                                   + self.log.with_suffix(".err").read_text()[-2000:])
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("bench.api_peer did not come up in 60 s")
-            time.sleep(0.2)
+        wait_healthy("bench.api_peer", self.proc, self.url, self.log.with_suffix(".err"),
+                     timeout_s=60, poll_s=0.2)
+        return self
 
     @property
     def pid(self) -> int:

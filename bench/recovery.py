@@ -29,7 +29,7 @@ import sys
 import time
 
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
-from bench.server import BrigadeServer, parse_time
+from bench.server import BrigadeServer, parse_time, wait_for
 
 GOAL_S = 3.0  # issue 18: kill -> first new step, median over 5 kills
 STEP = re.compile(r"^step (\d+)/")
@@ -46,17 +46,6 @@ def spec(every: int) -> dict:
         "train": {"steps": 100_000, "global_batch_size": 8, "lr": 0.001},
         "checkpoint": {"every_steps": every, "keep_last": 2},
     }
-
-
-def wait_for(what: str, check, timeout_s: float, poll_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(poll_s)
 
 
 def one_kill(server: BrigadeServer, i: int, every: int, timeout_s: float) -> dict:

@@ -21,6 +21,36 @@ from bench.report import OUT
 KEY = "bench-admin-key-0123456789"
 
 
+def wait_for(what: str, check, timeout_s: float, poll_s: float = 0.1):
+    """`check()`'s first truthy value, polled every `poll_s`; TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(poll_s)
+
+
+def wait_healthy(what: str, proc: subprocess.Popen, url: str, log: Path, *,
+                 timeout_s: float, poll_s: float) -> None:
+    """Until `url`/healthz answers 200; RuntimeError (with the log's tail) if `proc` exits first
+    or it does not come up within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not come up in {timeout_s:g} s")
+        time.sleep(poll_s)
+
+
 class BrigadeServer:
     def __init__(self, env: dict[str, str] | None = None, ray_cpus: int = 4):
         OUT.mkdir(parents=True, exist_ok=True)
@@ -53,18 +83,8 @@ class BrigadeServer:
                  "--port", str(self.port), "--data-dir", str(self.data_dir)],
                 stdout=log, stderr=subprocess.STDOUT, env=self.env,
             )
-        deadline = time.monotonic() + 180
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"brigade serve exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("brigade serve did not come up in 180 s")
-            time.sleep(0.3)
+        wait_healthy("brigade serve", self.proc, self.url, self.log, timeout_s=180, poll_s=0.3)
+        return self
 
     def __exit__(self, *exc) -> None:
         self.http.close()

@@ -33,7 +33,7 @@ import tempfile
 import time
 
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
-from bench.server import BrigadeServer, parse_time
+from bench.server import BrigadeServer, parse_time, wait_for
 
 GOAL = 0.15  # Brigade's submit -> first step <= this x TorchTrainer's fit() -> first step
 BEFORE = (
@@ -67,17 +67,6 @@ def spec() -> dict:
     }
 
 
-def wait_for(what: str, check, timeout_s: float, poll_s: float = 0.02):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(poll_s)
-
-
 def brigade_trial(server: BrigadeServer, settle_s: float) -> dict:
     """One submit -> first step through the API, with its phases."""
     time.sleep(settle_s)  # the cluster (and anything it keeps warm) idle before the submit
@@ -90,7 +79,7 @@ def brigade_trial(server: BrigadeServer, settle_s: float) -> dict:
         lines = server.get(f"/v1/jobs/{job_id}/logs", limit=1000)
         return next((line for line in lines if FIRST_STEP.match(line["line"])), None)
 
-    line = wait_for("the first step in the job's log", first_step_line, 120)
+    line = wait_for("the first step in the job's log", first_step_line, 120, poll_s=0.02)
     t_seen = time.time()
     t_api = parse_time(line["time"])
     events = server.get(f"/v1/jobs/{job_id}/events")
@@ -139,6 +128,17 @@ def add_args(parser) -> None:
                         help="idle seconds before each trial, the cluster up")
 
 
+def phase_table(whose: str, trials: list[dict]) -> list[str]:
+    """A table of each phase's median and per-round seconds over `trials`."""
+    lines = ["", f"{whose} phases (s, median over the rounds):", "",
+             "| phase | median | per round |", "| --- | --- | --- |"]
+    for phase in trials[0]["phases"]:
+        vals = [t["phases"][phase] for t in trials]
+        lines.append(f"| {phase} | {statistics.median(vals):.2f} | "
+                     + ", ".join(f"{v:.2f}" for v in vals) + " |")
+    return lines
+
+
 def run(args) -> Figure:
     rounds = args.rounds or (1 if args.quick else 4)
     ours, peers = [], []
@@ -174,18 +174,7 @@ def run(args) -> Figure:
     for k, (o, p, r) in enumerate(zip(ours, peers, ratios, strict=True), 1):
         lines.append(f"| {k} | {o['total']:.2f} | {p['total']:.2f} | {r:.3f}x | {p['fit_s']:.1f} "
                      f"| {o['load'][0]:.2f} / {p['load'][0]:.2f} |")
-    lines += ["", "Brigade's phases (s, median over the rounds):", "",
-              "| phase | median | per round |", "| --- | --- | --- |"]
-    for phase in ours[0]["phases"]:
-        vals = [o["phases"][phase] for o in ours]
-        lines.append(f"| {phase} | {statistics.median(vals):.2f} | "
-                     + ", ".join(f"{v:.2f}" for v in vals) + " |")
-    lines += ["", "TorchTrainer's phases (s, median over the rounds):", "",
-              "| phase | median | per round |", "| --- | --- | --- |"]
-    for phase in peers[0]["phases"]:
-        vals = [p["phases"][phase] for p in peers]
-        lines.append(f"| {phase} | {statistics.median(vals):.2f} | "
-                     + ", ".join(f"{v:.2f}" for v in vals) + " |")
+    lines += phase_table("Brigade's", ours) + phase_table("TorchTrainer's", peers)
     lines += [
         "",
         f"Median: Brigade {med_ours:.2f} s, TorchTrainer {med_peer:.2f} s to its first step "
