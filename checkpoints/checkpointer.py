@@ -8,8 +8,8 @@ Every rank calls every public method, in the same order. A save:
    an async save on a thread while training goes on, from a staging copy of
    the state kept and reused from one async save to the next: `StateStager`);
 3. the digests of every rank's files are gathered: each rank's writer
-   counted its files' sha256 as it wrote them (`HashingWriter`), so no file
-   is read back;
+   counted its files' BLAKE3 digests as it wrote them (`HashingWriter`), so
+   no file is read back;
 4. rank 0 writes the signed manifest, last: the commit. Retention and the
    clean-up of torn steps older than it run after, on rank 0's housekeeping
    thread, off the training path (`wait()` and the next save wait for them).
@@ -17,12 +17,13 @@ Every rank calls every public method, in the same order. A save:
 Steps 2-4 of an async save run on a background thread, on the checkpointer's
 own gloo group; at most one save is in flight, and its error is raised by
 `wait()` or by the next call. A load checks the candidate step's signature
-(rank 0) and the sha256 of `.metadata` (a pickle) before DCP reads anything,
+(rank 0) and the digest of `.metadata` (a pickle) before DCP reads anything,
 and every other file's as DCP reads it, each file hashed by one rank
-(`VerifyingReader`). A step whose file fails is passed over for the next
-older one, which DCP reads over the whole state; if none loads, the state
-holds part of a failed step, and the load raises rather than report a
-fresh start.
+(`VerifyingReader`), with the algorithm its manifest names (BLAKE3; sha256
+for a step written before BLAKE3). A step whose file fails is passed over
+for the next older one, which DCP reads over the whole state; if none
+loads, the state holds part of a failed step, and the load raises rather
+than report a fresh start.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ per record in Python callbacks. Anything unexpected in the zip
 
 `copy_into` copies contiguous tensors with one `memmove` (single-threaded,
 GIL released): torch's `copy_` splits a large copy over its intra-op
-threads, and with a sha256 thread on the other core one of them waits for
+threads, and with a digest thread on the other core one of them waits for
 it, ten times slower.
 """
 

@@ -12,12 +12,16 @@ job, step and dtype; every listed file there with its size). A directory
 without one is a torn export: never listed, and removed by `cleanup_torn`
 (where no writer of it can still be running). A file that fails its sha256
 is refused at download (`verify_file`).
+
+An export's files are hashed with sha256 (`EXPORT_DIGEST`), not the BLAKE3
+of a checkpoint's: they are handed to tenants, whose tools check sha256
+(`sha256sum`, the Hugging Face Hub's LFS object ids), and the API's and the
+client's `sha256` is this digest. Writing one is not on the training path.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from typing import Any, BinaryIO
 from fsspec.core import url_to_fs
 
 from checkpoints import layout
+from checkpoints.digest import entry_of_stream
 from checkpoints.errors import CheckpointInvalid, TornCheckpoint
 from checkpoints.manifest import FileEntry, Manifest, check_secret, utc_now
 
@@ -34,7 +39,7 @@ EXPORTS_DIR = "exports"
 EXPORT_DTYPES = ("bfloat16", "float32")
 EXPORT_FORMAT = "huggingface"
 _EXPORT_ID = re.compile(r"^step-(\d{9})-(bfloat16|float32)$")
-_CHUNK = 8 << 20
+EXPORT_DIGEST = "sha256"
 
 
 def export_id(step: int, dtype: str) -> str:
@@ -136,15 +141,16 @@ class ExportStore:
         return self._info(ident, self.read_manifest(ident))
 
     def verify_file(self, ident: str, name: str) -> FileEntry:
-        """The file's entry, once its size and sha256 match the manifest; else `CheckpointInvalid`."""
+        """The file's entry, once its size and digest match the manifest; else `CheckpointInvalid`."""
         manifest = self.read_manifest(ident)
         if name not in manifest.files:
             raise FileNotFoundError(f"export {ident} has no file {name!r}")
-        actual = self.hash_file(ident, name)
-        if actual != manifest.files[name]:
+        expected = manifest.files[name]
+        actual = self.hash_file(ident, name, expected.algo)
+        if actual != expected:
             raise CheckpointInvalid(f"export {ident}: file {name} fails its manifest check "
-                                    f"(sha256 {actual.sha256[:12]}..., manifest says "
-                                    f"{manifest.files[name].sha256[:12]}...)")
+                                    f"({actual.algo} {actual.digest[:12]}..., manifest says "
+                                    f"{expected.digest[:12]}...)")
         return actual
 
     def stream(self, ident: str, name: str, chunk: int = 1 << 20) -> Iterator[bytes]:
@@ -163,13 +169,9 @@ class ExportStore:
         self.fs.makedirs(self.path(ident), exist_ok=True)
         return self.path(ident)
 
-    def hash_file(self, ident: str, name: str) -> FileEntry:
-        digest, size = hashlib.sha256(), 0
+    def hash_file(self, ident: str, name: str, algo: str = EXPORT_DIGEST) -> FileEntry:
         with self.open(ident, name) as f:
-            while block := f.read(_CHUNK):
-                digest.update(block)
-                size += len(block)
-        return FileEntry(size=size, sha256=digest.hexdigest())
+            return entry_of_stream(f, algo)
 
     def commit(self, ident: str, *, world_size: int, files: dict[str, FileEntry],
                extra: dict[str, Any]) -> Manifest:

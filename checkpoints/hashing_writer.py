@@ -1,14 +1,14 @@
-"""DCP's fsspec writer, with every file's sha256 counted as it is written.
+"""DCP's fsspec writer, with every file's BLAKE3 digest counted as it is written.
 
 `HashingWriter` is `FsspecWriter` (the same files, bytes and commit of
 `.metadata`), but each file it writes passes through a `HashingStream`: when
-the file closes, its size and sha256 are in `digests`, keyed by the file's
+the file closes, its size and digest are in `digests`, keyed by the file's
 name in the step directory. The manifest takes them from there, so a save
 reads none of its files back.
 
 torch.save's zip records carry a crc32 of every tensor, which costs a third
 of the serialization and protects nothing here: torch.load does not check it
-(a flipped byte loads silently), and the manifest's sha256 covers every byte.
+(a flipped byte loads silently), and the manifest's digest covers every byte.
 The writer turns it off for its own writes (`_no_crc32`).
 """
 
@@ -26,7 +26,7 @@ from torch.distributed.checkpoint._fsspec_filesystem import FileSystem, FsspecWr
 
 from checkpoints import layout
 from checkpoints.digest import Digest
-from checkpoints.manifest import FileEntry
+from checkpoints.manifest import CHECKPOINT_DIGEST, FileEntry
 
 _crc_lock = threading.Lock()
 _crc_off = 0  # writers inside _no_crc32 now
@@ -35,7 +35,7 @@ _crc_before = True  # the setting they found
 
 class HashingStream(io.RawIOBase):
     """A write stream that hashes what goes through it, in order, on a thread
-    of its own (`Digest.later`): the sha256 of one tensor overlaps the
+    of its own (`Digest.later`): the digest of one tensor overlaps the
     serialization and write of the next, and the file's fsync.
 
     A large block is hashed from the caller's memory after `write` returns:
@@ -49,7 +49,7 @@ class HashingStream(io.RawIOBase):
     def __init__(self, raw: Any) -> None:
         super().__init__()
         self._raw = raw
-        self.digest = Digest()
+        self.digest = Digest(CHECKPOINT_DIGEST)
 
     def writable(self) -> bool:
         return True
@@ -63,7 +63,7 @@ class HashingStream(io.RawIOBase):
         return view.nbytes
 
     def entry(self) -> FileEntry:
-        """The file's size and sha256, once every block written is hashed."""
+        """The file's size and digest, once every block written is hashed."""
         return self.digest.entry()
 
     def tell(self) -> int:
@@ -125,7 +125,7 @@ class _HashingFileSystem(FileSystem):
 
 
 class HashingWriter(FsspecWriter):
-    """`FsspecWriter` whose files' sizes and sha256 are known once they are written."""
+    """`FsspecWriter` whose files' sizes and digests are known once they are written."""
 
     def __init__(self, path: str, **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
@@ -135,7 +135,7 @@ class HashingWriter(FsspecWriter):
 
     @property
     def digests(self) -> dict[str, FileEntry]:
-        """Name in the step directory -> size and sha256, of every file this writer wrote."""
+        """Name in the step directory -> size and digest, of every file this writer wrote."""
         with self._files._lock:
             return dict(self._files.digests)
 

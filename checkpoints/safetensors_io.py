@@ -19,14 +19,11 @@ count what went over the wire, so a test can check a rank read its share.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +31,9 @@ import numpy as np
 from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+
+from checkpoints.digest import Digest
+from checkpoints.manifest import FileEntry
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -330,29 +330,28 @@ def encode_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str] | 
     return struct.pack("<Q", len(text)) + text
 
 
-@functools.cache
-def _hasher() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(1, thread_name_prefix="safetensors-sha256")
-
-
 class SafetensorsWriter:
     """Streams one safetensors file: the header first (from the entries'
     shapes and dtypes), then each tensor's bytes, in the entries' order.
-    The file's size and sha256 are counted as it goes (`size`, `sha256`)."""
+    The file's size and digest (sha256 unless `algo` says otherwise) are
+    counted as it goes (`entry()`)."""
 
     def __init__(self, fs: AbstractFileSystem, path: str, entries: Sequence[TensorEntry],
-                 metadata: Mapping[str, str] | None = None):
+                 metadata: Mapping[str, str] | None = None, *, algo: str = "sha256"):
         self.entries = list(entries)
         self._next = 0
-        self._digest = hashlib.sha256()
-        self.size = 0
+        self._digest = Digest(algo)
         self._fs = fs
         self._file = fs.open(path, "wb")
         self._write(encode_header(self.entries, metadata))
 
     @property
-    def sha256(self) -> str:
-        return self._digest.hexdigest()
+    def size(self) -> int:
+        return self._digest.size
+
+    def entry(self) -> FileEntry:
+        """The size and digest of everything written so far."""
+        return self._digest.entry()
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         entry = self.entries[self._next]
@@ -364,14 +363,9 @@ class SafetensorsWriter:
         self._next += 1
 
     def _write(self, data: bytes | memoryview) -> None:
-        # The digest runs beside the write (both release the GIL): the sha256
-        # costs no wall time while the disk is the slower of the two.
-        hashed = _hasher().submit(self._digest.update, data)
-        try:
-            self._file.write(data)
-        finally:
-            hashed.result()
-        self.size += memoryview(data).nbytes
+        # The digest runs beside the write (both release the GIL): it costs
+        # no wall time while the disk is the slower of the two.
+        self._digest.beside(data, lambda: self._file.write(data))
 
     def close(self) -> None:
         """Close the file, on a local disk synced first (a manifest may commit it next)."""

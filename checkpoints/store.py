@@ -6,7 +6,8 @@ uses it to commit.
 Commit is the manifest: a step is committed when its `manifest.json` is
 present, its HMAC verifies, it names this tenant, job and step, and every file
 it lists is there with the listed size (`scan`). Loading also checks every
-file's sha256 (`verify_files`). Nothing relies on rename (object stores have
+file's digest (`verify_files`, with the algorithm the manifest names: BLAKE3,
+or sha256 for a step written before it). Nothing relies on rename (object stores have
 none), and a delete removes the manifest first, so a half-deleted step is
 never taken for a committed one.
 """
@@ -14,7 +15,6 @@ never taken for a committed one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,12 +24,12 @@ from typing import Any
 from fsspec.core import url_to_fs
 
 from checkpoints import layout
+from checkpoints.digest import entry_of_stream
 from checkpoints.errors import CheckpointExistsError, CheckpointInvalid, TornCheckpoint
-from checkpoints.manifest import FileEntry, Manifest, check_secret
+from checkpoints.manifest import CHECKPOINT_DIGEST, FileEntry, Manifest, check_secret
 
 logger = logging.getLogger(__name__)
 
-_HASH_CHUNK = 8 << 20
 _SCAN_ATTEMPTS = 3
 
 
@@ -165,24 +165,25 @@ class CheckpointStore:
         return manifest
 
     def verify_files(self, manifest: Manifest, names: Iterable[str] | None = None) -> list[str]:
-        """Size and sha256 of the named files (all by default) against the
+        """Size and digest of the named files (all by default) against the
         manifest: the reasons they do not match, empty when they all do.
         I/O errors other than a missing file propagate."""
         reasons = []
         for name in sorted(manifest.files if names is None else names):
             expected = manifest.files[name]
             try:
-                actual = self._hash(self.layout.file(manifest.step, name))
+                actual = self._hash(self.layout.file(manifest.step, name), expected.algo)
             except FileNotFoundError:
                 reasons.append(f"step {manifest.step}: file {name} is missing")
                 continue
             if actual != expected:
-                what = "size" if actual.size != expected.size else "sha256"
+                what = "size" if actual.size != expected.size else expected.algo
                 reasons.append(f"step {manifest.step}: file {name} {what} mismatch")
         return reasons
 
     def hash_files(self, step: int, names: Iterable[str]) -> dict[str, FileEntry]:
-        return {name: self._hash(self.layout.file(step, name)) for name in names}
+        """The named files' entries for a new manifest, read back from storage."""
+        return {name: self._hash(self.layout.file(step, name), CHECKPOINT_DIGEST) for name in names}
 
     # -- writing ---------------------------------------------------------------
 
@@ -276,11 +277,6 @@ class CheckpointStore:
         except (FileNotFoundError, NotADirectoryError):  # a file where a directory should be
             return []
 
-    def _hash(self, path: str) -> FileEntry:
-        digest = hashlib.sha256()
-        size = 0
+    def _hash(self, path: str, algo: str) -> FileEntry:
         with self.fs.open(path, "rb") as f:
-            while chunk := f.read(_HASH_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-        return FileEntry(size=size, sha256=digest.hexdigest())
+            return entry_of_stream(f, algo)

@@ -1,7 +1,9 @@
 """DCP's fsspec reader, checking every file against the manifest as it reads it.
 
-A load reads each file once. `.metadata` (a pickle) is read whole and its
-sha256 checked before it is unpickled (`verify_metadata`). Every shard file
+A load reads each file once, and checks it with the algorithm its manifest
+entry names (BLAKE3; sha256 for a checkpoint written before it).
+`.metadata` (a pickle) is read whole and its digest checked before it is
+unpickled (`verify_metadata`). Every shard file
 is given to one rank to verify: the rank that reads the most of it
 (`prepare_global_plan`, on the coordinator, which sees every rank's plan),
 so at the same world size each rank verifies its own files; a file no rank
@@ -24,7 +26,6 @@ the live tensor.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import pickle
 from collections import defaultdict
@@ -42,7 +43,7 @@ from torch.futures import Future
 
 from checkpoints import layout
 from checkpoints.dcp_records import copy_into, tensor_of
-from checkpoints.digest import Digest
+from checkpoints.digest import Digest, entry_of
 from checkpoints.errors import CheckpointInvalid
 from checkpoints.manifest import FileEntry, Manifest
 
@@ -50,7 +51,7 @@ _CHUNK = 8 << 20  # bytes per read
 
 
 class ChecksumMismatch(CheckpointInvalid):
-    """A file of the step is not the one its manifest describes (size or sha256).
+    """A file of the step is not the one its manifest describes (size or digest).
     The message is the reasons, '; '-joined."""
 
 
@@ -90,7 +91,8 @@ class VerifyingReader(FsspecReader):
                 data = f.read()
         except FileNotFoundError:
             return [f"step {self._step}: file {name} is missing"]
-        reason = self._mismatch(name, FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest()))
+        expected = self._expected.get(name)
+        reason = self._mismatch(name, entry_of(data, expected.algo) if expected else None)
         if reason:
             return [reason]
         self._metadata = data
@@ -100,7 +102,7 @@ class VerifyingReader(FsspecReader):
         if self._metadata is None and (reasons := self.verify_metadata()):
             raise ChecksumMismatch("; ".join(reasons))
         assert self._metadata is not None
-        metadata = pickle.loads(self._metadata)  # noqa: S301 - its sha256 is the signed manifest's
+        metadata = pickle.loads(self._metadata)  # noqa: S301 - its digest is the signed manifest's
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -175,7 +177,7 @@ class VerifyingReader(FsspecReader):
                         planner: LoadPlanner) -> str | None:
         """Read the whole file in order, hashing it and delivering its records;
         the reason it fails its check, or None."""
-        reads = _HashedReads(stream, self._verify_buffers)
+        reads = _HashedReads(stream, self._verify_buffers, self._expected[name].algo)
         failure: BaseException | None = None  # a record that would not deserialize
         try:
             for offset, length, items in records:
@@ -239,13 +241,13 @@ class VerifyingReader(FsspecReader):
             copy_into(target, piece)
             planner.commit_tensor(item, target)
 
-    def _mismatch(self, name: str, actual: FileEntry) -> str | None:
+    def _mismatch(self, name: str, actual: FileEntry | None) -> str | None:
         expected = self._expected.get(name)
-        if expected is None:
+        if expected is None or actual is None:
             return f"step {self._step}: file {name} is not in the manifest"
         if actual == expected:
             return None
-        what = "size" if actual.size != expected.size else "sha256"
+        what = "size" if actual.size != expected.size else expected.algo
         return f"step {self._step}: file {name} {what} mismatch"
 
 
@@ -255,9 +257,9 @@ class _HashedReads:
     delivered. Two buffers in turn for records and two for skipped bytes: a
     buffer is read into again only once the hash of what it held is done."""
 
-    def __init__(self, stream: Any, records: list[bytearray]) -> None:
+    def __init__(self, stream: Any, records: list[bytearray], algo: str) -> None:
         self._stream = stream
-        self.digest = Digest()
+        self.digest = Digest(algo)
         self.pos = 0
         self._records = records  # the reader's, kept between files
         self._scratch = [bytearray(_CHUNK), bytearray(_CHUNK)]

@@ -17,7 +17,6 @@ function); the function does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import warnings
@@ -26,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from checkpoints import CheckpointTarget, FileEntry, layout
+from checkpoints.digest import entry_of
 from checkpoints.errors import CheckpointInvalid
-from checkpoints.exports import export_id
+from checkpoints.exports import EXPORT_DIGEST, export_id
 from checkpoints.safetensors_io import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -92,7 +92,8 @@ def export_checkpoint(request: dict[str, Any],
     files: dict[str, FileEntry] = {}
     try:
         for shard, file_name in zip(shards, names, strict=True):
-            writer = SafetensorsWriter(exports.fs, f"{directory}/{file_name}", shard)
+            writer = SafetensorsWriter(exports.fs, f"{directory}/{file_name}", shard,
+                                       algo=EXPORT_DIGEST)
             try:
                 for entry in shard:
                     tensor = torch.empty(entry.shape, dtype=dcp_dtypes[entry.name])
@@ -109,13 +110,13 @@ def export_checkpoint(request: dict[str, Any],
                         on_tensor(entry.name)
             finally:
                 writer.close()
-            files[file_name] = FileEntry(size=writer.size, sha256=writer.sha256)
+            files[file_name] = writer.entry()
         small = {CONFIG_FILE: json.dumps(config, indent=2, sort_keys=True).encode()}
         if len(shards) > 1:
             small[INDEX_FILE] = encode_index(shards, names)
         for file_name, data in small.items():
             exports.fs.pipe_file(f"{directory}/{file_name}", data)
-            files[file_name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+            files[file_name] = entry_of(data, EXPORT_DIGEST)
         _verified(shards_verified.result())
         exports.commit(ident, world_size=manifest.world_size, files=files,
                        extra={"architecture": config["architectures"][0],

@@ -174,7 +174,7 @@ def load_falls_back_past_a_corrupt_shard(rank: int, world_size: int, store_kwarg
     result = ckpt.load({"train": ModelAndOptimizer(model, optimizer)})
     assert result.step == 1, result
     assert [(r.step, r.reason) for r in result.skipped] == [
-        (2, "step 2: file __1_0.distcp sha256 mismatch")
+        (2, "step 2: file __1_0.distcp blake3 mismatch")
     ]
     assert_bitwise_equal(full_state(model, optimizer), expected[1])
     ckpt.close()

@@ -3,10 +3,10 @@ refusals, and the fallback past a step that does not verify."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 
+import blake3
 import pytest
 import torch
 from ckpt_harness import blank, flip_byte, saved, state, truncate
@@ -46,7 +46,8 @@ def test_layout_and_manifest_on_storage(make_checkpointer):
     assert sorted(manifest.files) == [".metadata", "__0_0.distcp"]
     for name, entry in manifest.files.items():
         data = store.fs.cat_file(f"{step_dir}/{name}")
-        assert (entry.size, entry.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+        expected = (len(data), "blake3", blake3.blake3(data).hexdigest())
+        assert (entry.size, entry.algo, entry.digest) == expected
     assert before <= manifest.created_at <= utc_now()
 
     [info] = store.list_committed()
@@ -99,9 +100,9 @@ def test_flipped_byte_in_a_shard_falls_back_to_the_previous_step(make_checkpoint
         result = checkpointer.load(loaded)
     assert result.step == 1 and loaded["cursor"] == 1
     assert [(r.step, r.reason) for r in result.skipped] == [
-        (2, "step 2: file __0_0.distcp sha256 mismatch")
+        (2, "step 2: file __0_0.distcp blake3 mismatch")
     ]
-    assert "not loading step 2: step 2: file __0_0.distcp sha256 mismatch" in caplog.text
+    assert "not loading step 2: step 2: file __0_0.distcp blake3 mismatch" in caplog.text
 
 
 def test_flipped_byte_in_dcp_metadata_is_caught_before_unpickling(make_checkpointer):
@@ -109,7 +110,7 @@ def test_flipped_byte_in_dcp_metadata_is_caught_before_unpickling(make_checkpoin
     saved(checkpointer, 1, 2)
     flip_byte(checkpointer.store, 2, ".metadata", offset=0)
     result = checkpointer.load(blank())
-    assert result.step == 1 and "file .metadata sha256 mismatch" in result.skipped[0].reason
+    assert result.step == 1 and "file .metadata blake3 mismatch" in result.skipped[0].reason
 
 
 def test_edited_manifest_falls_back_to_the_previous_step(make_checkpointer):
@@ -148,7 +149,7 @@ def test_a_named_step_that_does_not_verify_raises(make_checkpointer):
     checkpointer = make_checkpointer()
     saved(checkpointer, 1, 2)
     flip_byte(checkpointer.store, 2, "__0_0.distcp")
-    with pytest.raises(CheckpointInvalid, match="sha256 mismatch"):
+    with pytest.raises(CheckpointInvalid, match="blake3 mismatch"):
         checkpointer.load(blank(), step=2)
     with pytest.raises(CheckpointInvalid, match="no manifest"):
         checkpointer.load(blank(), step=5)

@@ -25,7 +25,7 @@ def write(exports: ExportStore, ident: str, *, commit: bool = True) -> None:
     for name, data in FILES.items():
         exports.fs.pipe_file(f"{directory}/{name}", data)
     if commit:
-        files = {n: FileEntry(size=len(d), sha256=hashlib.sha256(d).hexdigest())
+        files = {n: FileEntry(size=len(d), algo="sha256", digest=hashlib.sha256(d).hexdigest())
                  for n, d in FILES.items()}
         exports.commit(ident, world_size=2, files=files, extra={})
 

@@ -15,7 +15,7 @@ from checkpoints import (
     decode_bytes,
     encode_bytes,
 )
-from checkpoints.manifest import snapshot_extra
+from checkpoints.manifest import sign, snapshot_extra
 
 
 def make_manifest(**changes) -> Manifest:
@@ -26,8 +26,8 @@ def make_manifest(**changes) -> Manifest:
         world_size=2,
         created_at="2025-01-02T03:04:05.678+00:00",
         files={
-            "__0_0.distcp": FileEntry(size=10, sha256="a" * 64),
-            ".metadata": FileEntry(size=3, sha256="b" * 64),
+            "__0_0.distcp": FileEntry(size=10, algo="blake3", digest="a" * 64),
+            ".metadata": FileEntry(size=3, algo="blake3", digest="b" * 64),
         },
         extra={"cursor": 96, "rng": encode_bytes(b"\x00\xffstate")},
     )
@@ -46,7 +46,8 @@ def test_round_trip(secret):
         lambda m: m.update(step=13),
         lambda m: m.update(world_size=4),
         lambda m: m["extra"].update(cursor=0),
-        lambda m: m["files"]["__0_0.distcp"].update(sha256="c" * 64),
+        lambda m: m["files"]["__0_0.distcp"].update(digest="c" * 64),
+        lambda m: m["files"]["__0_0.distcp"].update(algo="sha256"),
         lambda m: m["files"].pop(".metadata"),
         lambda m: m.update(job="j2"),
     ],
@@ -100,3 +101,37 @@ def test_extra_that_is_not_json_is_refused(extra):
 def test_bytes_travel_as_base64():
     data = bytes(range(256))
     assert decode_bytes(encode_bytes(data)) == data
+
+
+def signed_json(body: dict, secret: bytes) -> bytes:
+    return json.dumps(dict(body, hmac=sign(body, secret)), sort_keys=True).encode()
+
+
+def test_a_format_1_manifest_reads_as_sha256_entries(secret):
+    """What the code before BLAKE3 wrote: every file's size and sha256."""
+    body = json.loads(make_manifest().to_json(secret))
+    del body["hmac"]
+    body |= {"format": 1, "files": {"__0_0.distcp": {"size": 10, "sha256": "d" * 64}}}
+    manifest = Manifest.from_json(signed_json(body, secret), secret)
+    entry = manifest.files["__0_0.distcp"]
+    assert (manifest.format, entry.algo, entry.digest, entry.sha256) == (1, "sha256", "d" * 64, "d" * 64)
+    with pytest.raises(ValueError, match="format 2"):
+        manifest.to_json(secret)  # never written again in format 1
+
+
+@pytest.mark.parametrize("fmt, entry", [
+    (1, {"size": 10, "algo": "sha256", "digest": "d" * 64}),  # format 1 has no algo
+    (2, {"size": 10, "sha256": "d" * 64}),  # format 2 names it
+    (2, {"size": 10, "algo": "md5", "digest": "d" * 32}),
+])
+def test_a_file_entry_of_another_shape_is_malformed(secret, fmt, entry):
+    body = json.loads(make_manifest().to_json(secret))
+    del body["hmac"]
+    body |= {"format": fmt, "files": {"__0_0.distcp": entry}}
+    with pytest.raises(CheckpointInvalid, match="malformed"):
+        Manifest.from_json(signed_json(body, secret), secret)
+
+
+def test_only_a_sha256_entry_has_a_sha256():
+    assert FileEntry(size=1, algo="sha256", digest="e" * 64).sha256 == "e" * 64
+    assert not hasattr(FileEntry(size=1, algo="blake3", digest="e" * 64), "sha256")

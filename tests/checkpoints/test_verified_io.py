@@ -1,19 +1,23 @@
 """Hash while writing, verify while reading: the manifest's digests are the
-sha256 of the files on storage, counted by the save's own writes; a flipped
-byte anywhere in any file is caught by the load that reads it; and a record
-read back as a view of its bytes is the tensor torch.save wrote. On
-memory://, file:// and S3 (moto)."""
+BLAKE3 of the files on storage, counted by the save's own writes; a flipped
+byte anywhere in any file is caught by the load that reads it; a step
+written before BLAKE3 (manifest format 1, sha256) still loads, and is
+checked as strictly; and a record read back as a view of its bytes is the
+tensor torch.save wrote. On memory://, file:// and S3 (moto)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 
+import blake3
 import pytest
 import torch
-from ckpt_harness import flip_byte
+from ckpt_harness import SECRET, flip_byte
 
-from checkpoints import CheckpointInvalid
+from checkpoints import CheckpointInvalid, CheckpointStore
+from checkpoints.manifest import sign
 from checkpoints.dcp_records import copy_into, tensor_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -56,7 +60,7 @@ def saved_big(checkpointer, *steps: int) -> None:
     checkpointer.wait()
 
 
-def test_manifest_digests_are_the_sha256_of_the_files_on_storage(make_checkpointer):
+def test_manifest_digests_are_the_blake3_of_the_files_on_storage(make_checkpointer):
     checkpointer = make_checkpointer()
     checkpointer.save(1, big_state(1.0))
     checkpointer.async_save(2, big_state(2.0))
@@ -68,7 +72,8 @@ def test_manifest_digests_are_the_sha256_of_the_files_on_storage(make_checkpoint
         for name, entry in manifest.files.items():
             data = store.fs.cat_file(store.layout.file(step, name))
             assert entry.size == len(data) > 0
-            assert entry.sha256 == hashlib.sha256(data).hexdigest(), f"step {step} {name}"
+            assert (entry.algo, entry.digest) == ("blake3", blake3.blake3(data).hexdigest()), \
+                f"step {step} {name}"
         loaded = blank_big()
         assert checkpointer.load(loaded, step=step).step == step
         assert_state_equal(loaded, big_state(float(step)))
@@ -88,7 +93,7 @@ def test_a_flipped_byte_anywhere_is_caught_at_load(make_checkpointer, name, wher
     loaded = blank_big()
     result = checkpointer.load(loaded)
     assert result.step == 1
-    assert [(r.step, r.reason) for r in result.skipped] == [(2, f"step 2: file {name} sha256 mismatch")]
+    assert [(r.step, r.reason) for r in result.skipped] == [(2, f"step 2: file {name} blake3 mismatch")]
     assert_state_equal(loaded, big_state(1.0))
 
 
@@ -99,7 +104,7 @@ def test_a_corrupt_only_step_raises_rather_than_a_fresh_start(make_checkpointer)
     checkpointer = make_checkpointer()
     saved_big(checkpointer, 1)
     flip_byte(checkpointer.store, 1, "__0_0.distcp", offset=4 << 20)
-    with pytest.raises(CheckpointInvalid, match="sha256 mismatch.*partly overwritten"):
+    with pytest.raises(CheckpointInvalid, match="blake3 mismatch.*partly overwritten"):
         checkpointer.load(blank_big())
 
     other = make_checkpointer(job="j2")
@@ -108,6 +113,52 @@ def test_a_corrupt_only_step_raises_rather_than_a_fresh_start(make_checkpointer)
     untouched = blank_big()
     assert other.load(untouched) is None
     assert_state_equal(untouched, blank_big())
+
+
+def as_written_before_blake3(store: CheckpointStore, step: int) -> None:
+    """Rewrite the step's manifest as the code before BLAKE3 wrote it: format
+    1, each file's entry its size and the sha256 of its bytes, signed."""
+    path = store.layout.manifest(step)
+    body = json.loads(store.fs.cat_file(path))
+    del body["hmac"]
+    files = {}
+    for name, entry in body["files"].items():
+        data = store.fs.cat_file(store.layout.file(step, name))
+        assert entry["size"] == len(data)
+        files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    body |= {"format": 1, "files": files}
+    signed = dict(body, hmac=sign(body, SECRET))
+    store.fs.pipe_file(path, json.dumps(signed, sort_keys=True, indent=1).encode())
+
+
+@pytest.mark.parametrize("name", [".metadata", "__0_0.distcp"])
+@pytest.mark.parametrize("algo", ["blake3", "sha256"])
+def test_either_digest_loads_and_catches_a_flipped_byte(make_checkpointer, algo, name):
+    """A step written with BLAKE3 (now) or with sha256 (before, format 1):
+    it verifies and loads; a flipped byte fails the check of the algorithm
+    its manifest names, at load and in `verify_files` (the export's)."""
+    checkpointer = make_checkpointer()
+    saved_big(checkpointer, 1, 2)
+    store = checkpointer.store
+    if algo == "sha256":
+        for step in (1, 2):
+            as_written_before_blake3(store, step)
+    manifest = store.read_manifest(2)
+    assert manifest.format == (1 if algo == "sha256" else 2)
+    assert {entry.algo for entry in manifest.files.values()} == {algo}
+    assert store.verify_files(manifest) == []
+    loaded = blank_big()
+    assert checkpointer.load(loaded).step == 2
+    assert_state_equal(loaded, big_state(2.0))
+
+    size = manifest.files[name].size
+    flip_byte(store, 2, name, offset=size // 2)
+    reason = f"step 2: file {name} {algo} mismatch"
+    assert store.verify_files(manifest) == [reason]
+    loaded = blank_big()
+    result = checkpointer.load(loaded)
+    assert result.step == 1 and [(r.step, r.reason) for r in result.skipped] == [(2, reason)]
+    assert_state_equal(loaded, big_state(1.0))
 
 
 @pytest.mark.parametrize("make", [
