@@ -78,28 +78,24 @@ def test_suspend_then_resume_at_three_workers_follows_the_uninterrupted_curve(se
                       "STARTING", "RUNNING", "SUCCEEDED"]
 
 
-def test_a_killed_server_reconciles_and_the_job_finishes_once(tmp_path):
-    server = Server(tmp_path).start()
-    try:
-        job = server.submit(spec(150))
-        server.wait(job["id"], lambda j: j["state"] == "RUNNING" and j["step"] >= 5)
-        server.kill()
-        server.start()  # same data dir, same port
-        done = server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED")
-        assert done["step"] == 150
-        listed = server.get("/v1/jobs")
-        assert [j["id"] for j in listed["items"]] == [job["id"]]
-        events = server.get(f"/v1/jobs/{job['id']}/events")
-        assert any("reconciled" in e["reason"] for e in events), json.dumps(events, indent=1)
-        # One worker group at a time: reattached to the live group (one launch),
-        # or, were it gone, a second launch only after the first was cleared.
-        reattached = any("reattached" in e["reason"] for e in events)
-        starts = [e for e in events if e["to_state"] == "STARTING"]
-        assert len(starts) == (1 if reattached else 2), json.dumps(events, indent=1)
-        steps = [r["step"] for r in server.get(f"/v1/jobs/{job['id']}/metrics")]
-        assert steps == list(range(1, 151))
-    finally:
-        server.stop()
+def test_a_killed_server_reconciles_and_the_job_finishes_once(server):
+    job = server.submit(spec(150))
+    server.wait(job["id"], lambda j: j["state"] == "RUNNING" and j["step"] >= 5)
+    server.kill()
+    server.start()  # same data dir, same port
+    done = server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED")
+    assert done["step"] == 150
+    listed = [j["id"] for j in server.get("/v1/jobs?limit=100")["items"]]
+    assert listed.count(job["id"]) == 1  # neither lost nor doubled by the restart
+    events = server.get(f"/v1/jobs/{job['id']}/events")
+    assert any("reconciled" in e["reason"] for e in events), json.dumps(events, indent=1)
+    # One worker group at a time: reattached to the live group (one launch),
+    # or, were it gone, a second launch only after the first was cleared.
+    reattached = any("reattached" in e["reason"] for e in events)
+    starts = [e for e in events if e["to_state"] == "STARTING"]
+    assert len(starts) == (1 if reattached else 2), json.dumps(events, indent=1)
+    steps = [r["step"] for r in server.get(f"/v1/jobs/{job['id']}/metrics")]
+    assert steps == list(range(1, 151))
 
 
 def test_cancelling_a_running_job_releases_its_workers(server):
@@ -126,25 +122,21 @@ def test_cancelling_a_running_job_releases_its_workers(server):
     assert suspended.status_code == 409 and "CANCELLED" in suspended.text
 
 
-def test_a_server_restart_that_finds_the_workers_gone_resumes_from_the_checkpoint(tmp_path):
-    server = Server(tmp_path).start()
-    try:
-        job = server.submit(spec(150))
-        server.wait(job["id"], lambda j: j["state"] == "RUNNING"
-                    and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
-        ranks = server.get(f"/v1/jobs/{job['id']}/workers")
-        server.kill()
-        for rank in ranks:  # the node lost the job's workers while no server watched
-            os.kill(rank["pid"], signal.SIGKILL)
-        server.start()
-        done = server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED")
-        events = server.get(f"/v1/jobs/{job['id']}/events")
-        gone = [e for e in events if "is gone" in e["reason"]]
-        assert gone and gone[0]["to_state"] == "RESTARTING", json.dumps(events, indent=1)
-        assert [e["to_state"] for e in events].count("STARTING") == 2
-        assert done["restarts"] == 0  # a lost control plane is not the job's failure
-        assert sorted(r["step"] for r in server.get(f"/v1/jobs/{job['id']}/metrics")) == list(
-            range(1, 151)
-        )
-    finally:
-        server.stop()
+def test_a_server_restart_that_finds_the_workers_gone_resumes_from_the_checkpoint(server):
+    job = server.submit(spec(150))
+    server.wait(job["id"], lambda j: j["state"] == "RUNNING"
+                and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
+    ranks = server.get(f"/v1/jobs/{job['id']}/workers")
+    server.kill()
+    for rank in ranks:  # the node lost the job's workers while no server watched
+        os.kill(rank["pid"], signal.SIGKILL)
+    server.start()
+    done = server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED")
+    events = server.get(f"/v1/jobs/{job['id']}/events")
+    gone = [e for e in events if "is gone" in e["reason"]]
+    assert gone and gone[0]["to_state"] == "RESTARTING", json.dumps(events, indent=1)
+    assert [e["to_state"] for e in events].count("STARTING") == 2
+    assert done["restarts"] == 0  # a lost control plane is not the job's failure
+    assert sorted(r["step"] for r in server.get(f"/v1/jobs/{job['id']}/metrics")) == list(
+        range(1, 151)
+    )

@@ -15,6 +15,8 @@ SECRET = "resume-test-secret-0123456789abcdef"
 JOB = engine_spec(30, data={"source": "builtin"}, train={"global_batch_size": 8},
                   checkpoint={"every_steps": 10, "keep_last": 2, "async": True})
 RESUME_SIZES = (1, 3, 4)
+# On S3 one other size proves the storage path: the world sizes are the same code on any storage.
+S3_RESUME_SIZES = (3,)
 
 
 def losses(metrics):
@@ -38,7 +40,8 @@ def target(storage, job: str) -> dict:
 def test_resume_at_other_world_sizes_follows_the_same_curve(storage):
     # A manifest is bound to its (tenant, job, step): each resume gets its own
     # job, trained at world size 2 to step 10 (bitwise the same state each time).
-    jobs = {n: target(storage, f"ws{n}") for n in (2, *RESUME_SIZES)}
+    sizes = S3_RESUME_SIZES if storage[0].startswith("s3://") else RESUME_SIZES
+    jobs = {n: target(storage, f"ws{n}") for n in (2, *sizes)}
     with WorkerGroup(2) as group:
         straight = group.train(JOB)[0]
         saved = {}
@@ -54,7 +57,7 @@ def test_resume_at_other_world_sizes_follows_the_same_curve(storage):
     assert [m["step"] for m in same_size] == list(range(11, 31))
     assert losses(same_size) == losses(straight[10:])
 
-    for n in RESUME_SIZES:
+    for n in sizes:
         with WorkerGroup(n) as group:
             # Load only (the run stops where it starts): the state as saved, bitwise.
             assert group.train(JOB, checkpoint=jobs[n], stop_after=10) == [[]] * n
