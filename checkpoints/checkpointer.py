@@ -3,7 +3,9 @@
 Every rank calls every public method, in the same order. A save:
 
 1. rank 0 checks the step directory is fresh and snapshots `extra` (all ranks
-   learn the outcome: one refusal raises everywhere);
+   learn the outcome: one refusal raises everywhere); an async save snapshots
+   `extra` at once and checks the directory on its background thread, so a
+   refusal is raised like its other errors, by `wait()` or the next call;
 2. DCP writes each rank's shards and rank 0's `.metadata` (`dcp.save`; for
    an async save on a thread while training goes on, from a staging copy of
    the state kept and reused from one async save to the next: `StateStager`);
@@ -14,9 +16,9 @@ Every rank calls every public method, in the same order. A save:
    clean-up of torn steps older than it run after, on rank 0's housekeeping
    thread, off the training path (`wait()` and the next save wait for them).
 
-Steps 2-4 of an async save run on a background thread, on the checkpointer's
-own gloo group; at most one save is in flight, and its error is raised by
-`wait()` or by the next call. A load checks the candidate step's signature
+Steps 1-4 of an async save run on a background thread once the state is
+staged, on the checkpointer's own gloo group; at most one save is in flight,
+and its error is raised by `wait()` or by the next call. A load checks the candidate step's signature
 (rank 0) and the digest of `.metadata` (a pickle) before DCP reads anything,
 and every other file's as DCP reads it, each file hashed by one rank
 (`VerifyingReader`), with the algorithm its manifest names (BLAKE3; sha256
@@ -101,19 +103,23 @@ class Checkpointer:
     def save(self, step: int, state_dict: StateDict, *, extra: Extra = None) -> Manifest:
         """Save and commit `step`; returns its manifest. Rank 0's `extra` is recorded."""
         self.wait()
-        extra = self._prepare(step, extra)
+        snapshot = self._prepare(step, partial(snapshot_extra, extra))
         writer = self._writer(step)
 
         def write() -> Metadata:
             return dcp.save(state_dict, storage_writer=writer, **self._dist_args())
 
-        return self._write_and_commit(step, extra, write, writer)
+        return self._write_and_commit(step, snapshot, write, writer)
 
     def async_save(self, step: int, state_dict: StateDict, *, extra: Extra = None) -> None:
         """Start saving `step` and return once the state is staged (copied):
-        training may then change it. Waits for the previous save first."""
+        training may then change it. Waits for the previous save first. A
+        refusal (a step directory that is not fresh, an `extra` that is not
+        JSON) is raised by `wait()` or the next call, as the save's other
+        errors are: rank 0's check of the directory is a listing and a
+        collective, run on the background thread, off the training path."""
         self.wait()
-        extra = self._prepare(step, extra)
+        snapshot = self._snapshot(extra)  # now: the caller may change `extra` from here on
         if self._stager is None:
             # Keeps the staging copy between saves: a save copies the state
             # into it, nothing else, when the state has the same tensors as
@@ -134,7 +140,10 @@ class Checkpointer:
 
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
-        commit = self._executor.submit(self._write_and_commit, step, extra, write, writer)
+        def prepare_write_and_commit() -> Manifest:
+            return self._write_and_commit(step, self._prepare(step, snapshot), write, writer)
+
+        commit = self._executor.submit(prepare_write_and_commit)
         self._in_flight = (step, commit)
 
     @property
@@ -234,13 +243,31 @@ class Checkpointer:
 
     # -- internals -------------------------------------------------------------
 
-    def _prepare(self, step: int, extra: dict[str, Any] | None) -> dict[str, Any]:
+    def _prepare(self, step: int, snapshot: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Rank 0 checks the step and its directory and takes `snapshot()`
+        (rank 0's `extra`, as JSON); every rank returns it, or raises."""
         def check() -> dict[str, Any]:
             layout.validate_step(step)
             self.store.ensure_fresh(step)
-            return snapshot_extra(extra)
+            return snapshot()
 
         return self.group.on_rank0(f"saving step {step}", check)
+
+    def _snapshot(self, extra: Extra) -> Callable[[], dict[str, Any]]:
+        """Rank 0's `extra` as JSON, taken now, for `_prepare` to hand out
+        later (its error too, so that every rank raises it together then)."""
+        if self.group.rank != 0:
+            return dict
+        try:
+            taken = snapshot_extra(extra)
+        except ValueError as exc:
+            error = exc
+
+            def refuse() -> dict[str, Any]:
+                raise error
+
+            return refuse
+        return lambda: taken
 
     def _write_and_commit(
         self, step: int, extra: dict[str, Any], write: Callable[[], Metadata],

@@ -241,6 +241,7 @@ def every_rank_raises(rank: int, world_size: int, store_kwargs: dict, mode: str)
     ckpt.wait()
     try:
         save(2, state(2.0))
+        ckpt.wait()  # an async save's refusal comes from here
     except CheckpointExistsError:
         pass
     else:

@@ -66,9 +66,16 @@ def test_refuses_to_save_into_a_committed_step(make_checkpointer):
     manifest = checkpointer.store.read_manifest(1)
     with pytest.raises(CheckpointExistsError, match="fresh step directory"):
         checkpointer.save(1, state(9.0))
+    # An async save checks the directory off the training path: the refusal
+    # comes with its other errors, from wait() (or the next call).
+    checkpointer.async_save(1, state(9.0))
+    with pytest.raises(CheckpointExistsError, match="fresh step directory"):
+        checkpointer.wait()
+    checkpointer.async_save(1, state(9.0))
     with pytest.raises(CheckpointExistsError):
-        checkpointer.async_save(1, state(9.0))
+        checkpointer.save(2, state(2.0))
     assert checkpointer.store.read_manifest(1) == manifest
+    assert checkpointer.store.steps() == [1]
 
 
 def test_refuses_to_save_into_a_step_that_has_files(make_checkpointer):
@@ -85,7 +92,20 @@ def test_extra_that_is_not_json_writes_nothing(make_checkpointer):
     checkpointer = make_checkpointer()
     with pytest.raises(CheckpointError, match="JSON"):
         checkpointer.save(1, state(1.0), extra={"rng": torch.get_rng_state()})
+    checkpointer.async_save(1, state(1.0), extra={"rng": torch.get_rng_state()})
+    with pytest.raises(CheckpointError, match="JSON"):
+        checkpointer.wait()
     assert checkpointer.store.steps() == []
+
+
+def test_an_async_save_records_extra_as_it_was_when_called(make_checkpointer):
+    checkpointer = make_checkpointer()
+    extra = {"cursor": 10, "nested": {"rows": [1]}}
+    checkpointer.async_save(1, state(1.0), extra=extra)
+    extra["cursor"] = 11  # the train loop goes on while the save is in flight
+    extra["nested"]["rows"].append(2)
+    assert checkpointer.wait().extra == {"cursor": 10, "nested": {"rows": [1]}}
+    assert checkpointer.store.read_manifest(1).extra == {"cursor": 10, "nested": {"rows": [1]}}
 
 
 def test_flipped_byte_in_a_shard_falls_back_to_the_previous_step(make_checkpointer, caplog):
