@@ -137,13 +137,34 @@ _PROBE = textwrap.dedent("""
     ray.init(address=head, namespace="brigade", logging_level="ERROR")
     list_actors(head, limit=1)  # the head's dashboard answers
     print("ready", flush=True)
+    def alive(prefix):
+        return [a.name for a in list_actors(head, filters=[("state", "!=", "DEAD")], limit=10_000)
+                if a.name.startswith(prefix)]
+
+    def assignments(prefix):  # each alive pooled rank's own word on its group: [group, rank] or None
+        asked = {}
+        for name in alive(prefix):
+            try:
+                asked[ray.get_actor(name).assignment.remote()] = name
+            except ValueError:
+                continue  # gone meanwhile
+        ready, late = ray.wait(list(asked), num_returns=len(asked), timeout=5) if asked else ([], [])
+        out = {asked[ref]: "no answer" for ref in late}
+        for ref in ready:
+            try:
+                out[asked[ref]] = ray.get(ref)
+            except ray.exceptions.RayError:
+                pass  # died meanwhile: not alive
+        return out
+
     for line in sys.stdin:
-        prefix = line.strip()
-        actors = [a.name for a in list_actors(head, filters=[("state", "!=", "DEAD")], limit=10_000)
-                  if a.name.startswith(prefix)]
+        command = line.strip()
+        if command.startswith("assigned:"):
+            print(json.dumps(assignments(command.removeprefix("assigned:"))), flush=True)
+            continue
         pgs = [p.name for p in list_placement_groups(head, filters=[("state", "!=", "REMOVED")],
-                                                     limit=10_000) if p.name.startswith(prefix)]
-        print(json.dumps(actors + pgs), flush=True)
+                                                     limit=10_000) if p.name.startswith(command)]
+        print(json.dumps(alive(command) + pgs), flush=True)
 """)
 
 
@@ -162,7 +183,19 @@ class RayProbe:
         assert self.proc.stdout.readline().strip() == "ready", "the Ray probe could not connect"
 
     def leftovers(self, prefix: str) -> list[str]:
-        self.proc.stdin.write(prefix + "\n")
+        """The names of the actors and placement groups alive that begin with `prefix`."""
+        return self._ask(prefix)
+
+    def assignments(self, prefix: str) -> dict[str, list | None | str]:
+        """Each alive actor of `prefix` (a rank pool's: workers/pool.py) and
+        what it answers to `assignment()`: [group, rank] once a group took it,
+        None while idle, "no answer" where it did not answer within 5 s. A
+        pooled rank keeps the pool's name, so its own answer is what ties it
+        to a job on Ray's side."""
+        return self._ask(f"assigned:{prefix}")
+
+    def _ask(self, line: str):
+        self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
