@@ -50,6 +50,8 @@ def run(args) -> Figure:
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     r = result.report
+    if "jobs" not in r:  # it stopped before the jobs: no reference run was uninterrupted
+        raise SystemExit(result.explain())
     tenants = ", ".join(f"{t.name} (weight {t.weight:g}, {t.max_workers} workers, "
                         f"{t.max_running_jobs} running, priority <= {t.max_priority})" for t in TENANTS)
     configs = ", ".join(f"{name}: {layers} layer(s), {steps} steps, checkpoint every {every}"
@@ -61,7 +63,9 @@ def run(args) -> Figure:
         f"{plan.jobs} jobs (seed {plan.seed}) submitted over {plan.submit_over_s:g} s by 4 tenants: "
         f"{tenants}; GPT d_model 32, seq_len 16, global batch 4 ({configs}); sizes 1, 2 and "
         f"elastic 1..2 ({r['elastic']} elastic); priorities 0, half or all of the tenant's "
-        "ceiling; one uninterrupted reference run per (config, world size) at priority 1000. "
+        f"ceiling; one uninterrupted reference run per (config, world size) the jobs have "
+        f"({r['references']}, in {r['reference_runs']} runs), at priority 1000, alone before the "
+        "jobs (a reference that a transient failure interrupted is run again). "
         f"Faults, one every {plan.fault_gap_s:g} s once the references end: {plan.sigkills} SIGKILLs "
         f"and {plan.sigterms} SIGTERMs of a random rank of a random running job, `brigade serve` "
         "SIGKILLed and started again twice, the disk filled once (until a save failed); two jobs "
@@ -79,7 +83,8 @@ def run(args) -> Figure:
         f"| lost steps (total / largest) | {r['lost_steps']} / {r['lost_steps_max']} |",
         f"| saves that failed on the full disk | {r['failed_saves']} |",
         f"| `brigade serve` down (kill -> healthy) | {', '.join(f'{s} s' for s in r['serve_down_s'])} |",
-        f"| samples: quota (API) / rank actors (Ray state API) | {r['quota_samples']} / {r['ray_samples']} |",
+        f"| samples: quota (API) / rank actors (Ray) | {r['quota_samples']} / {r['ray_samples']} "
+        f"({r['pooled_ranks_seen']} sightings of a warm rank tied to its job by its own answer) |",
         f"| peak held (workers, jobs) | {peaks} |",
         "",
         "Recovery time is the rows' `recovery_s` (failure seen, or the notice, to the end of the "

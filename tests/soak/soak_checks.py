@@ -8,14 +8,33 @@ went wrong at once.
 
 from __future__ import annotations
 
+import re
 import statistics
-from collections import Counter
+from collections import Counter, defaultdict
 
 from service.states import TRANSITIONS, JobState
 from tests.soak.soak_plan import CONFIGS, JobPlan
 
 ELASTIC_RTOL = 1e-4  # a resume at another world size: float round-off (as tests/e2e's elastic test)
 DISK_FULL = ("No space left on device", "unexpected pos")  # ENOSPC, or torch's short write
+RANK_ACTOR = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)-rank-(?P<rank>\d+)$")
+GROUP = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)$")  # service/launch.py group_name
+
+
+def ranks_on_ray(names: list[str], pooled: dict[str, list | None | str]) -> dict[str, dict[str, set[int]]]:
+    """Job id -> attempt -> the ranks alive on Ray, from two sources: the
+    rank actors a group started, named `brigade-{job}-a{attempt}-rank-{r}`,
+    and the warm ones it took from the pool, which keep the pool's names and
+    say whose they are (`pooled`: name -> [group, rank] as the process itself
+    answers, None while idle). Idle or silent pooled ones are no job's."""
+    alive: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for name in names:
+        if m := RANK_ACTOR.match(name):
+            alive[m["job"]][m["attempt"]].add(int(m["rank"]))
+    for answer in pooled.values():
+        if isinstance(answer, list) and (m := GROUP.match(answer[0])):
+            alive[m["job"]][m["attempt"]].add(int(answer[1]))
+    return {job: dict(attempts) for job, attempts in alive.items()}
 
 
 def check_final(job: dict, plan: JobPlan) -> list[str]:

@@ -9,7 +9,10 @@ The server is the chaos tests' (tests/chaos/chaos_harness.py: its own Ray
 head with the dashboard on loopback, SQLite, a short process-group timeout);
 its checkpoint storage is a tmpfs the soak mounts, so that "the disk is full"
 is a real ENOSPC. First one uninterrupted reference run per (config, world
-size), at a priority nothing preempts; then the tenants' jobs arrive over
+size) that the jobs have, at a priority nothing preempts, alone on the
+cluster: no tenant's job beside it and no fault (a reference's curve is what
+every job is held to, so it must be uninterrupted; one that a transient
+failure restarted is run again). Then the tenants' jobs arrive over
 `submit_over_s` while the chaos thread works through its faults.
 """
 
@@ -26,7 +29,7 @@ from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.soak.soak_checks import check_events, check_final, check_losses, check_rows, report
 from tests.soak.soak_client import SoakClient
 from tests.soak.soak_plan import TENANTS, SoakPlan, job_spec
-from tests.soak.soak_threads import Chaos, Observations, QuotaSampler, RaySampler, Submitter
+from tests.soak.soak_threads import POOL, Chaos, Observations, QuotaSampler, RaySampler, Submitter
 
 SOAK_ENV = {
     **ENV,
@@ -35,8 +38,11 @@ SOAK_ENV = {
     "BRIGADE_RATE_LIMIT_PER_S": "1000",  # the samplers poll: never the limiter's 429s
     "BRIGADE_RATE_LIMIT_BURST": "1000",
     "BRIGADE_EXPORT_ON_SUCCESS": "",
+    # The CPU is what a soak runs short of (every rank of every job is a process that
+    # imports torch): of warm ranks, two (the chaos tests keep four) idle at the end.
+    "BRIGADE_RANK_POOL_SIZE": "2",
 }
-RANK_POOL_SIZE = int(SOAK_ENV.get("BRIGADE_RANK_POOL_SIZE", "2"))  # idle warm ranks it keeps
+RANK_POOL_SIZE = int(SOAK_ENV["BRIGADE_RANK_POOL_SIZE"])  # idle warm ranks it keeps
 REFERENCE_PRIORITY = 1000  # the admin's reference runs: never preempted
 
 
@@ -72,21 +78,39 @@ def _soak(plan: SoakPlan, server: Server, data_dir: Path, storage: Path | None, 
     clients = {t.name: SoakClient(server.url, admin.post("/v1/tenants", t.body())["api_key"])
                for t in TENANTS}
     probe = RayProbe(data_dir)
-    for config, ws in plan.reference_keys():
-        made = admin.post("/v1/jobs", job_spec(config, f"soak-ref-{config}-ws{ws}", ws,
-                                               priority=REFERENCE_PRIORITY))
-        obs.references[(config, ws)] = made["id"]
+    try:
+        result = _run(plan, server, data_dir, storage, obs, admin, clients, probe, start, say)
+    finally:
+        probe.close()
+        for c in (admin, *clients.values()):
+            c.close()
+    if result.problems:
+        result.log_tail = server.log_tail(6000)
+    say(f"soak: {json.dumps(result.report, default=str)}")
+    return result
+
+
+def _run(plan: SoakPlan, server: Server, data_dir: Path, storage: Path | None, obs: Observations,
+         admin: SoakClient, clients: dict[str, SoakClient], probe: RayProbe, start: float,
+         say) -> SoakResult:
+    """The references, then the jobs and the faults, the drain and the checks."""
     submitter = Submitter(obs, plan, clients, data_dir)
-    samplers = [QuotaSampler(obs, admin), RaySampler(obs, probe)]
     chaos = Chaos(obs, plan, server, admin, storage)
-    threads = [submitter, *samplers]
+    threads = [QuotaSampler(obs, admin), RaySampler(obs, probe)]
     try:
         for t in threads:
             t.start()
+        keys = plan.reference_keys()
+        failed = _run_references(keys, admin, obs)
+        say(f"soak: {len(keys)} references final after {time.monotonic() - start:.0f} s "
+            f"({len(obs.reference_runs)} runs)")
+        if failed:
+            return SoakResult(plan, {"references": obs.references}, failed)
+        obs.references_final.set()
         say(f"soak: {plan.jobs} jobs over {plan.submit_over_s:g} s, {len(plan.fault_plans)} faults")
-        _wait_final(admin, list(obs.references.values()), deadline=time.monotonic() + 240)
-        chaos.start()
-        threads.append(chaos)
+        for t in (submitter, chaos):
+            t.start()
+            threads.append(t)
         submitter.join(timeout=plan.submit_over_s + 300)
         chaos.join(timeout=len(plan.fault_plans) * (plan.fault_gap_s + 150))
         say(f"soak: all submitted and {len(obs.faults)} faults injected after "
@@ -94,17 +118,44 @@ def _soak(plan: SoakPlan, server: Server, data_dir: Path, storage: Path | None, 
         with obs.lock:
             ids = list(obs.submitted)
         stuck = _wait_final(admin, ids, deadline=time.monotonic() + plan.drain_timeout_s)
+        say(f"soak: drained after {time.monotonic() - start:.0f} s ({len(stuck)} not final)")
     finally:
         for t in threads:
             t.stop()
-    result = _check(plan, admin, obs, probe, stuck, time.monotonic() - start)
-    probe.close()
-    for c in (admin, *clients.values()):
-        c.close()
-    if result.problems:
-        result.log_tail = server.log_tail(6000)
-    say(f"soak: {json.dumps(result.report, default=str)}")
-    return result
+    return _check(plan, admin, obs, probe, stuck, time.monotonic() - start)
+
+
+def _run_references(keys: list[tuple[str, int]], admin: SoakClient, obs: Observations,
+                    *, runs: int = 2, timeout_s: float = 240) -> list[str]:
+    """Run every reference at once, alone, to the end; one that did not end
+    an uninterrupted success (a rendezvous timed out on a loaded machine) is
+    run again, `runs` times at most. The problems: the keys still without one."""
+    todo = list(keys)
+    for run in range(runs):
+        made = {}
+        for config, ws in todo:
+            name = f"soak-ref-{config}-ws{ws}" + (f"-run{run + 1}" if run else "")
+            made[(config, ws)] = admin.post("/v1/jobs", job_spec(config, name, ws,
+                                                                 priority=REFERENCE_PRIORITY))["id"]
+        with obs.lock:
+            obs.reference_runs += made.values()
+        stuck = _wait_final(admin, list(made.values()), deadline=time.monotonic() + timeout_s)
+        if stuck:
+            return [f"reference runs not final within {timeout_s:g} s: {stuck}"]
+        by_id = {j["id"]: j for j in admin.jobs()}
+        todo = []
+        for key, job_id in made.items():
+            if _uninterrupted(by_id[job_id]):
+                obs.references[key] = job_id
+            else:
+                todo.append(key)
+        if not todo:
+            return []
+    return [f"no uninterrupted reference run of {key} in {runs} runs" for key in todo]
+
+
+def _uninterrupted(job: dict) -> bool:
+    return job["state"] == "SUCCEEDED" and not job["restarts"] and not job["preemptions"]
 
 
 def _wait_final(admin: SoakClient, ids: list[str], deadline: float) -> list[str]:
@@ -129,16 +180,16 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
     by_id = {j["id"]: j for j in jobs}
     # None lost, none twice: the store holds exactly the jobs submitted (a
     # retried submit after a lost answer made no second one).
-    made = set(obs.submitted) | set(obs.references.values())
+    made = set(obs.submitted) | set(obs.reference_runs)
     if set(by_id) != made or len(jobs) != len(made) or len(obs.submitted) != plan.jobs:
         problems.append(f"the store holds {len(jobs)} jobs for {len(obs.submitted)} submitted of "
-                        f"{plan.jobs} planned (+{len(obs.references)} references): missing "
+                        f"{plan.jobs} planned (+{len(obs.reference_runs)} reference runs): missing "
                         f"{sorted(made - set(by_id))[:10]}, extra {sorted(set(by_id) - made)[:10]}")
     rows = {i: admin.get(f"/v1/jobs/{i}/metrics") for i in by_id}
     references: dict[str, dict[int, dict[int, float]]] = {}
     for (config, ws), ref_id in obs.references.items():
         ref = by_id[ref_id]
-        if ref["state"] != "SUCCEEDED" or ref["restarts"] or ref["preemptions"]:
+        if not _uninterrupted(ref):
             problems.append(f"reference {ref['name']} was not an uninterrupted success: {ref}")
         references.setdefault(config, {})[ws] = {r["step"]: r["loss"] for r in rows[ref_id]}
     for job_id, job_plan in obs.submitted.items():
@@ -148,29 +199,38 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
         problems += check_final(job, job_plan)
         problems += check_events(job, admin.get(f"/v1/jobs/{job_id}/events"))
         problems += check_rows(job, job_plan, rows[job_id])
-        problems += check_losses(job, job_plan, rows[job_id], references[job_plan.config])
+        problems += check_losses(job, job_plan, rows[job_id], references.get(job_plan.config, {}))
     problems += _leftovers(probe, obs)
     faults = obs.faults
     summary = report(jobs, obs.submitted, {i: rows[i] for i in obs.submitted}, faults, seconds)
     summary["quota_samples"], summary["ray_samples"] = obs.quota_samples, obs.ray_samples
+    summary["pooled_ranks_seen"] = obs.pooled_ranks_seen
+    summary["references"] = len(obs.references)
+    summary["reference_runs"] = len(obs.reference_runs)
     summary["peak_held"] = {t: {"workers": w, "jobs": n} for t, (w, n) in sorted(obs.peak.items())}
     disk = [f for f in faults if f["kind"] == "disk_full" and "skipped" not in f]
     if disk and not all(f["saves_failed_in"] for f in disk):
         problems.append(f"the disk was full and no save failed: {disk}")
     if obs.quota_samples < 10 or obs.ray_samples < 5:
         problems.append(f"too few samples: {obs.quota_samples} of quota, {obs.ray_samples} of Ray")
+    if RANK_POOL_SIZE and not obs.pooled_ranks_seen:
+        problems.append("the Ray sampler tied no warm (pooled) rank to a job: its per-job and "
+                        "per-tenant counts missed the ranks that came from the pool")
     return SoakResult(plan, summary, problems)
 
 
 def _leftovers(probe: RayProbe, obs: Observations, within_s: float = 30) -> list[str]:
     """No actor or placement group of any job on Ray, no rank process that
-    served a job alive, and of the warm rank pool only its idle ones."""
+    served a job alive, and of the warm rank pool only idle ones, at most
+    its size (a pooled rank a job took and left alive says it is that job's)."""
     pids = {p for job_pids in obs.pids.values() for p in job_pids}
     deadline = time.monotonic() + within_s
     while True:
-        pooled = probe.leftovers("brigade-pool-")
+        pooled = probe.assignments(POOL)
+        idle = [name for name, answer in pooled.items() if answer is None]
         left = (probe.leftovers("brigade-j-") + [f"pid {p}" for p in sorted(pids) if alive(p)]
-                + (pooled if len(pooled) > RANK_POOL_SIZE else []))
+                + [f"{name} ({answer})" for name, answer in pooled.items() if answer is not None]
+                + (idle if len(idle) > RANK_POOL_SIZE else []))
         if not left or time.monotonic() > deadline:
             return [f"left on the cluster after every job ended: {left[:20]}"] if left else []
         time.sleep(0.5)

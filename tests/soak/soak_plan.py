@@ -15,15 +15,19 @@ from dataclasses import dataclass, field
 MODEL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16, "vocab_size": 256}
 
 # name -> (n_layers, steps, checkpoint.every_steps). Most jobs are short (the
-# soak is about many lives, not long ones); the long ones are where a fault
-# lands mid-run, between checkpoints.
+# soak is about many lives, not long ones: a rank process's start, torch's
+# import mostly, costs more CPU than a short job's steps); the long ones are
+# where a fault lands mid-run, between checkpoints.
 CONFIGS: dict[str, tuple[int, int, int]] = {
-    "short": (1, 6, 3),
-    "medium": (1, 16, 4),
-    "long": (2, 60, 10),
+    "short": (1, 4, 2),
+    "medium": (1, 8, 4),
+    "long": (2, 24, 6),
 }
 CONFIG_WEIGHTS = {"short": 6, "medium": 3, "long": 1}
 SIZES = (1, 2, {"min": 1, "max": 2})  # fixed 1, fixed 2, elastic
+# A fixed-size job is held bitwise to the reference of its (config, size), and a
+# reference run costs a soak its ranks' start-ups: fixed 2 is one config's only.
+FIXED_2_CONFIG = "short"
 SIZE_WEIGHTS = (5, 2, 3)
 MAX_RESTARTS = 4  # a job is hit by at most MAX_HITS faults: chaos alone never exhausts this
 MAX_HITS = 2
@@ -56,7 +60,7 @@ TENANTS = (
 class JobPlan:
     index: int
     tenant: str
-    at_s: float  # submitted this long after the soak starts
+    at_s: float  # submitted this long after the references end
     config: str
     workers: int | dict
     priority: int
@@ -130,14 +134,33 @@ class SoakPlan:
         tenant = rng.choice(TENANTS)
         config = rng.choices(list(CONFIG_WEIGHTS), weights=list(CONFIG_WEIGHTS.values()))[0]
         workers = rng.choices(SIZES, weights=SIZE_WEIGHTS)[0]
+        if workers == 2 and config != FIXED_2_CONFIG:
+            workers = SIZES[2]  # two ranks where it can: elastic (fewer reference runs)
         if tenant.max_workers < 2:
             workers = 1  # a size its quota can never run would be refused at submit
         priority = rng.choice(sorted({0, tenant.max_priority // 2, tenant.max_priority}))
         return JobPlan(index, tenant.name, at_s, "short" if bad else config, workers, priority, bad)
 
     def reference_keys(self) -> list[tuple[str, int]]:
-        """(config, world size) of every uninterrupted run the checks compare with."""
-        return [(c, ws) for c in CONFIGS for ws in (1, 2)]
+        """(config, world size) of every uninterrupted run the checks compare
+        with: one per fixed size that some job of the config has; an elastic
+        job compares with any of its config's (within round-off), so a config
+        only elastic jobs have gets the cheaper world size 1."""
+        keys = {(p.config, p.workers) for p in self.job_plans if not p.bad_data and not p.elastic}
+        keys |= {(p.config, 1) for p in self.job_plans if not p.bad_data and p.elastic
+                 and not any(c == p.config for c, _ in keys)}
+        return sorted(keys, key=lambda k: (list(CONFIGS).index(k[0]), k[1]))
 
     def tenant(self, name: str) -> TenantPlan:
         return next(t for t in TENANTS if t.name == name)
+
+
+def chaos_victims(running: list[dict], submitted: dict[str, JobPlan], references: set[str],
+                  hits: dict[str, int]) -> list[dict]:
+    """The running jobs a rank signal may hit: a tenant's job the soak
+    submitted, never a reference run (its curve is what the others are held
+    to: it must be uninterrupted), never a job meant to fail on its bad data
+    (its cause is that, not a fault), and not one hit MAX_HITS times already."""
+    return [j for j in running
+            if j["id"] in submitted and j["id"] not in references
+            and not submitted[j["id"]].bad_data and hits.get(j["id"], 0) < MAX_HITS]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import threading
 import time
@@ -21,11 +20,12 @@ from pathlib import Path
 
 from tests.chaos.chaos_harness import RayProbe, free_bytes
 from tests.e2e.serve_harness import Server
+from tests.soak.soak_checks import ranks_on_ray
 from tests.soak.soak_client import SoakClient
-from tests.soak.soak_plan import MAX_HITS, TENANTS, FaultPlan, JobPlan, SoakPlan
+from tests.soak.soak_plan import TENANTS, FaultPlan, JobPlan, SoakPlan, chaos_victims
 
 ACTIVE = "STARTING,RUNNING,SUSPENDING,PREEMPTING,RESTARTING,CANCELLING"
-RANK_ACTOR = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)-rank-\d+$")
+POOL = "brigade-pool-"  # service/supervisor.py pool_prefix: warm ranks keep the pool's names
 SPACE_LEFT = 48 << 10  # what the filler leaves free: less than any rank's shard
 
 
@@ -34,9 +34,12 @@ class Observations:
     lock: threading.Lock = field(default_factory=threading.Lock)
     submitted: dict[str, JobPlan] = field(default_factory=dict)  # job id -> its plan
     references: dict[tuple[str, int], str] = field(default_factory=dict)  # (config, ws) -> job id
+    reference_runs: list[str] = field(default_factory=list)  # every reference job made, reruns too
+    references_final: threading.Event = field(default_factory=threading.Event)  # chaos waits on it
     pids: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     quota_samples: int = 0
     ray_samples: int = 0
+    pooled_ranks_seen: int = 0  # warm ranks the Ray sampler tied to a job (summed over its samples)
     violations: list[str] = field(default_factory=list)  # what a sampler saw that must never be
     peak: dict[str, tuple[int, int]] = field(default_factory=dict)  # tenant -> (workers, jobs) seen
     faults: list[dict] = field(default_factory=list)  # one per injected fault
@@ -83,6 +86,10 @@ class Submitter(Loop):
         self.plan, self.clients, self.data_dir = plan, clients, data_dir
         self.todo = list(plan.job_plans)
         self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        self.t0 = time.monotonic()  # the plan's times count from the thread's start
+        super().run()
 
     def once(self) -> bool:
         while self.todo and time.monotonic() - self.t0 >= self.todo[0].at_s:
@@ -136,9 +143,10 @@ class QuotaSampler(Loop):
 
 
 class RaySampler(Loop):
-    """The rank actors alive on the cluster, by name, through Ray's public
-    state API: one attempt of a job at a time (a job never runs twice at once),
-    and no tenant's ranks over its max_workers."""
+    """The rank actors alive on the cluster, through Ray itself: the named
+    ones by the state API, the pooled ones by their own answer to whose they
+    are (soak_checks.ranks_on_ray). One attempt of a job at a time (a job never
+    runs twice at once), and no tenant's ranks over its max_workers."""
 
     def __init__(self, obs: Observations, probe: RayProbe):
         super().__init__("ray-sampler", obs, 3.0)
@@ -146,21 +154,17 @@ class RaySampler(Loop):
         self.quota = {t.name: t.max_workers for t in TENANTS}
 
     def once(self) -> bool:
-        attempts: dict[str, set[str]] = defaultdict(set)
-        ranks: dict[str, int] = defaultdict(int)
-        for name in self.probe.leftovers("brigade-"):
-            if m := RANK_ACTOR.match(name):
-                attempts[m["job"]].add(m["attempt"])
-                ranks[m["job"]] += 1
+        pooled = self.probe.assignments(POOL)
+        alive = ranks_on_ray(self.probe.leftovers("brigade-j-"), pooled)
         with self.obs.lock:
             tenant_of = {job_id: plan.tenant for job_id, plan in self.obs.submitted.items()}
             self.obs.ray_samples += 1
-        for job_id, seen in attempts.items():
-            if len(seen) > 1:
-                self.obs.violation(f"job {job_id} had attempts {sorted(seen)} alive at once on Ray")
+            self.obs.pooled_ranks_seen += sum(isinstance(a, list) for a in pooled.values())
         by_tenant: dict[str, int] = defaultdict(int)
-        for job_id, n in ranks.items():
-            by_tenant[tenant_of.get(job_id, "admin")] += n
+        for job_id, attempts in alive.items():
+            if len(attempts) > 1:
+                self.obs.violation(f"job {job_id} had attempts {sorted(attempts)} alive at once on Ray")
+            by_tenant[tenant_of.get(job_id, "admin")] += sum(len(ranks) for ranks in attempts.values())
         for tenant, n in by_tenant.items():
             if tenant in self.quota and n > self.quota[tenant]:
                 self.obs.violation(f"tenant {tenant} had {n} rank actors alive on Ray, over its "
@@ -170,9 +174,12 @@ class RaySampler(Loop):
 
 class Chaos(Loop):
     """The planned faults, one every `fault_gap_s`: SIGKILL or SIGTERM to a
-    random rank of a random running job (never a reference, a job that must
-    fail, or one already hit MAX_HITS times), `brigade serve` SIGKILLed and
-    started again, the checkpoint disk (a tmpfs) filled until a save fails."""
+    random rank of a random running job (soak_plan.chaos_victims: never a
+    reference, a job that must fail, or one already hit MAX_HITS times),
+    `brigade serve` SIGKILLed and started again, the checkpoint disk (a tmpfs)
+    filled until a save fails. None before every reference run is final
+    (`Observations.references_final`): a server restart or a full disk would
+    interrupt a reference as surely as a signal to its rank."""
 
     def __init__(self, obs: Observations, plan: SoakPlan, server: Server, admin: SoakClient,
                  storage: Path | None):
@@ -180,6 +187,13 @@ class Chaos(Loop):
         self.plan, self.server, self.admin, self.storage = plan, server, admin, storage
         self.todo = list(plan.fault_plans)
         self.hits: dict[str, int] = defaultdict(int)
+
+    def run(self) -> None:
+        while not self.obs.references_final.wait(0.5):
+            if self.stopped.is_set():
+                return
+        if not self.stopped.wait(self.plan.fault_gap_s):  # the first fault, a gap in: jobs running
+            super().run()
 
     def once(self) -> bool:
         fault = self.todo.pop(0)
@@ -196,9 +210,8 @@ class Chaos(Loop):
 
     def _victims(self) -> list[dict]:
         with self.obs.lock:
-            eligible = {j for j, p in self.obs.submitted.items() if not p.bad_data}
-        return [j for j in self.admin.jobs("RUNNING")
-                if j["id"] in eligible and self.hits[j["id"]] < MAX_HITS]
+            submitted, references = dict(self.obs.submitted), set(self.obs.reference_runs)
+        return chaos_victims(self.admin.jobs("RUNNING"), submitted, references, self.hits)
 
     def _signal_a_rank(self, fault: FaultPlan) -> dict:
         rng = random.Random(fault.seed)
@@ -241,11 +254,13 @@ class Chaos(Loop):
                 left -= f.write(chunk[:min(left, len(chunk))])
         t0 = time.monotonic()
         failed: list[str] = []
+        seen: set[str] = set()  # every job that ran while the disk was full (a short one ends fast)
         while not failed and time.monotonic() - t0 < self.plan.disk_full_max_s:
-            for job in self.admin.jobs("RUNNING"):
-                rows = self.admin.get(f"/v1/jobs/{job['id']}/metrics")
+            seen |= {job["id"] for job in self.admin.jobs("RUNNING")}
+            for job_id in sorted(seen):
+                rows = self.admin.get(f"/v1/jobs/{job_id}/metrics")
                 if any(r.get("checkpoint_error") for r in rows):
-                    failed.append(job["id"])
+                    failed.append(job_id)
             time.sleep(0.3)
         full_s = time.monotonic() - t0
         filler.unlink()

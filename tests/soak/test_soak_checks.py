@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.soak.soak_checks import check_events, check_losses, check_rows
-from tests.soak.soak_plan import CONFIGS, JobPlan, SoakPlan
+from tests.soak.soak_checks import check_events, check_losses, check_rows, ranks_on_ray
+from tests.soak.soak_plan import CONFIGS, MAX_HITS, JobPlan, SoakPlan, chaos_victims
 
 
 def event(i, came_from, to):
@@ -42,3 +42,47 @@ def test_the_plan_is_the_same_for_a_seed():
     assert a.job_plans == b.job_plans and a.fault_plans == b.fault_plans
     assert sum(p.bad_data for p in a.job_plans) == 2
     assert SoakPlan(seed=4, jobs=40).job_plans != a.job_plans
+
+
+def test_the_chaos_thread_never_picks_a_reference_a_bad_data_job_or_one_hit_enough():
+    plan = SoakPlan(seed=5, jobs=30)
+    submitted = {f"j-{p.index:03x}": p for p in plan.job_plans}
+    bad = next(i for i, p in submitted.items() if p.bad_data)
+    good = [i for i, p in submitted.items() if not p.bad_data]
+    references = {"j-ref1", "j-ref2"}
+    running = [{"id": i} for i in [*references, bad, *good[:3]]]
+    hits = {good[0]: MAX_HITS, good[1]: MAX_HITS - 1}
+    picked = [j["id"] for j in chaos_victims(running, submitted, references, hits)]
+    assert picked == good[1:3]
+    # A reference is fenced even where it were somehow among the submitted jobs.
+    submitted["j-ref1"] = plan.job_plans[0]
+    assert "j-ref1" not in [j["id"] for j in chaos_victims(running, submitted, references, {})]
+
+
+def test_every_fixed_size_of_a_config_has_its_reference_and_an_elastic_only_config_one():
+    plan = SoakPlan(seed=17, jobs=100)
+    keys = plan.reference_keys()
+    for p in plan.job_plans:
+        if p.bad_data:
+            continue
+        if p.elastic:
+            assert any(c == p.config for c, _ in keys), p
+        else:
+            assert (p.config, p.workers) in keys, p
+    assert len(keys) == len(set(keys))
+    few = SoakPlan(seed=17, jobs=3, bad_data_jobs=0)
+    assert set(few.reference_keys()) <= {(p.config, 1 if p.elastic else p.workers) for p in few.job_plans}
+
+
+def test_pooled_ranks_are_their_jobs_on_ray_by_their_own_answer():
+    names = ["brigade-j-ab12-a1-rank-0", "brigade-j-ab12-a1-rank-1", "brigade-j-ab12-a1-pg",
+             "brigade-j-cd34-a2-rank-0"]
+    pooled = {"brigade-pool-9f-1": ["brigade-j-cd34-a2", 1],  # the second rank of cd34's attempt 2
+              "brigade-pool-9f-2": ["brigade-j-ef56-a1", 0],  # a job whose ranks are all pooled
+              "brigade-pool-9f-3": None,  # idle: no job's
+              "brigade-pool-9f-4": "no answer"}
+    alive = ranks_on_ray(names, pooled)
+    assert alive == {"j-ab12": {"1": {0, 1}}, "j-cd34": {"2": {0, 1}}, "j-ef56": {"1": {0}}}
+    # A pooled rank of an old attempt alive beside the new one: two attempts at once.
+    pooled["brigade-pool-9f-5"] = ["brigade-j-ab12-a0", 0]
+    assert set(ranks_on_ray(names, pooled)["j-ab12"]) == {"0", "1"}
