@@ -80,6 +80,9 @@ def run(args) -> Figure:
         f"{', '.join(f'{k} {v}' for k, v in r['recoveries'].items()) or 'none'} "
         f"(restarts {r['restarts']}, preemptions {r['preemptions']}) |",
         f"| recovery time median / max | {r['recovery_s_median']} s / {r['recovery_s_max']} s |",
+        f"| interruptions, from the events (interrupted -> RUNNING again, median / max) | "
+        f"{', '.join(f'{k} {v}' for k, v in r['interruptions'].items()) or 'none'} "
+        f"({r['back_running_s_median']} s / {r['back_running_s_max']} s) |",
         f"| lost steps (total / largest) | {r['lost_steps']} / {r['lost_steps_max']} |",
         f"| saves that failed on the full disk | {r['failed_saves']} |",
         f"| `brigade serve` down (kill -> healthy) | {', '.join(f'{s} s' for s in r['serve_down_s'])} |",
@@ -88,7 +91,11 @@ def run(args) -> Figure:
         f"| peak held (workers, jobs) | {peaks} |",
         "",
         "Recovery time is the rows' `recovery_s` (failure seen, or the notice, to the end of the "
-        "first new step; preemptions by the scheduler count too); lost steps the rows' `lost_steps`.",
+        "first new step; preemptions by the scheduler count too); lost steps the rows' `lost_steps`. "
+        "A row carries them only where the new attempt's first row is a new step: a job resumed "
+        "from a checkpoint before steps it had recorded replays those first, and has none; the "
+        "events' count and times take in every interruption (a preempted job's include its wait "
+        "in the queue).",
         "",
         ("Every check held: every job SUCCEEDED on its uninterrupted curve (bitwise at a fixed "
          "size, 1e-4 relative for elastic ones) or FAILED for its bad data; none lost, none twice, "

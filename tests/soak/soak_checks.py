@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter, defaultdict
+from datetime import datetime
 
 from service.states import TRANSITIONS, JobState
 from tests.soak.soak_plan import CONFIGS, JobPlan
@@ -108,9 +109,35 @@ def check_losses(job: dict, plan: JobPlan, rows: list[dict],
             f"the uninterrupted runs {worst:.2e} > {ELASTIC_RTOL:g}"] if worst > ELASTIC_RTOL else []
 
 
+INTERRUPTED = {"RESTARTING": "restart", "PREEMPTING": "preemption"}
+
+
+def interruptions(events: list[dict]) -> list[tuple[str, float]]:
+    """(kind, seconds) of each time the job was interrupted (it entered
+    RESTARTING or PREEMPTING) and RUNNING again after, from its events. The
+    rows' `recovery_s` is on an attempt's first new row only, and a tiny job
+    resumed after its last recorded step has none: the events see them all."""
+    out = []
+    for i, event in enumerate(events):
+        kind = INTERRUPTED.get(event["to_state"])
+        if kind is None or event["from_state"] == event["to_state"]:
+            continue
+        back = next((e for e in events[i + 1:] if e["to_state"] == "RUNNING"
+                     and e["from_state"] != "RUNNING"), None)
+        if back is not None:
+            out.append((kind, (_at(back) - _at(event)).total_seconds()))
+    return out
+
+
+def _at(event: dict) -> datetime:
+    return datetime.fromisoformat(event["time"].replace("Z", "+00:00"))
+
+
 def report(jobs: list[dict], plans: dict[str, JobPlan], rows: dict[str, list[dict]],
-           faults: list[dict], seconds: float) -> dict:
+           faults: list[dict], seconds: float, events: dict[str, list[dict]] | None = None) -> dict:
     """Jobs, faults injected, recoveries (count, median and max time), lost steps."""
+    back = [x for job_events in (events or {}).values() for x in interruptions(job_events)]
+    back_s = [s for _, s in back]
     recoveries = [r for job_rows in rows.values() for r in job_rows if r.get("recovered_from")]
     times = [r["recovery_s"] for r in recoveries if r.get("recovery_s") is not None]
     lost = [r.get("lost_steps") or 0 for r in recoveries]
@@ -132,4 +159,7 @@ def report(jobs: list[dict], plans: dict[str, JobPlan], rows: dict[str, list[dic
         "lost_steps_max": max(lost) if lost else 0,
         "failed_saves": save_failures,
         "serve_down_s": [round(f["down_s"], 1) for f in faults if "down_s" in f],
+        "interruptions": dict(sorted(Counter(kind for kind, _ in back).items())),
+        "back_running_s_median": round(statistics.median(back_s), 2) if back_s else None,
+        "back_running_s_max": round(max(back_s), 2) if back_s else None,
     }

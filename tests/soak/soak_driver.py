@@ -192,17 +192,19 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
         if not _uninterrupted(ref):
             problems.append(f"reference {ref['name']} was not an uninterrupted success: {ref}")
         references.setdefault(config, {})[ws] = {r["step"]: r["loss"] for r in rows[ref_id]}
+    events: dict[str, list[dict]] = {}
     for job_id, job_plan in obs.submitted.items():
         job = by_id.get(job_id)
         if job is None:
             continue
+        events[job_id] = admin.get(f"/v1/jobs/{job_id}/events")
         problems += check_final(job, job_plan)
-        problems += check_events(job, admin.get(f"/v1/jobs/{job_id}/events"))
+        problems += check_events(job, events[job_id])
         problems += check_rows(job, job_plan, rows[job_id])
         problems += check_losses(job, job_plan, rows[job_id], references.get(job_plan.config, {}))
     problems += _leftovers(probe, obs)
     faults = obs.faults
-    summary = report(jobs, obs.submitted, {i: rows[i] for i in obs.submitted}, faults, seconds)
+    summary = report(jobs, obs.submitted, {i: rows[i] for i in obs.submitted}, faults, seconds, events)
     summary["quota_samples"], summary["ray_samples"] = obs.quota_samples, obs.ray_samples
     summary["pooled_ranks_seen"] = obs.pooled_ranks_seen
     summary["references"] = len(obs.references)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.soak.soak_checks import check_events, check_losses, check_rows, ranks_on_ray
+from tests.soak.soak_checks import check_events, check_losses, check_rows, interruptions, ranks_on_ray
 from tests.soak.soak_plan import CONFIGS, MAX_HITS, JobPlan, SoakPlan, chaos_victims
 
 
@@ -86,3 +86,15 @@ def test_pooled_ranks_are_their_jobs_on_ray_by_their_own_answer():
     # A pooled rank of an old attempt alive beside the new one: two attempts at once.
     pooled["brigade-pool-9f-5"] = ["brigade-j-ab12-a0", 0]
     assert set(ranks_on_ray(names, pooled)["j-ab12"]) == {"0", "1"}
+
+
+def test_each_interruption_is_timed_from_its_event_to_running_again():
+    def at(i, came_from, to, t):
+        return {**event(i, came_from, to), "time": f"2026-12-01T15:00:{t:02d}.500000Z"}
+    path = [at(1, None, "QUEUED", 0), at(2, "QUEUED", "STARTING", 1), at(3, "STARTING", "RUNNING", 2),
+            at(4, "RUNNING", "RESTARTING", 5), at(5, "RESTARTING", "RESTARTING", 6),  # a note
+            at(6, "RESTARTING", "STARTING", 7), at(7, "STARTING", "RUNNING", 9),
+            at(8, "RUNNING", "PREEMPTING", 10), at(9, "PREEMPTING", "QUEUED", 11),
+            at(10, "QUEUED", "STARTING", 20), at(11, "STARTING", "RUNNING", 24),
+            at(12, "RUNNING", "RESTARTING", 30), at(13, "RESTARTING", "FAILED", 31)]  # never back
+    assert interruptions(path) == [("restart", 4.0), ("preemption", 14.0)]
