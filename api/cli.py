@@ -90,7 +90,7 @@ def serve(
     import uvicorn
 
     from api.app import create_app
-    from api.listener import bind_listener, url_of
+    from api.listener import SERVE_OPTIONS, bind_listener, url_of
     from service import service_log
     from service.runtime import build_supervisor
     from service.settings import Settings
@@ -103,7 +103,7 @@ def serve(
     admin_key, generated = settings.ensure_admin_key()
     supervisor = build_supervisor(settings)  # joins or starts Ray, reconciles, starts supervising
     try:
-        server = uvicorn.Server(uvicorn.Config(create_app(supervisor), log_config=None,
+        server = uvicorn.Server(uvicorn.Config(create_app(supervisor), **SERVE_OPTIONS,
                                                log_level=settings.log_level.lower()))
         # What start-up made (Ray's client, the app, the models) lives as long as the
         # process: out of the collector's sight, a full collection stops requests for

@@ -1,6 +1,7 @@
 """The peer of bench.api: a bare FastAPI app on SQLAlchemy and SQLite, one
 route that reads one row, served the way `brigade serve` serves (one uvicorn
-process, the same `uvicorn.Config` arguments, a listener bound the same way
+process, the same `uvicorn.Config` arguments (api.listener's SERVE_OPTIONS: uvloop and
+httptools), a listener bound the same way
 with TCP_NODELAY, an access log line a request to a file).
 
     .venv/bin/python -m bench.api_peer --database FILE --port PORT
@@ -21,7 +22,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-
 
 from bench.server import wait_healthy
 
@@ -53,13 +53,13 @@ def build_app(database: str):
 def serve(database: str, port: int, log_file: str) -> None:
     import uvicorn
 
-    from api.listener import bind_listener
+    from api.listener import SERVE_OPTIONS, bind_listener
 
     handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     listener = bind_listener("127.0.0.1", port)
-    server = uvicorn.Server(uvicorn.Config(build_app(database), log_config=None, log_level="info"))
+    server = uvicorn.Server(uvicorn.Config(build_app(database), **SERVE_OPTIONS, log_level="info"))
     server.run(sockets=[listener])
 
 
