@@ -9,7 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shlex
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -124,5 +128,12 @@ def test_login_saves_a_private_profile_that_the_client_reads(brigade, server, tm
 def test_version_and_completion(brigade):
     version = brigade("--version")
     assert version.exit_code == 0 and version.stdout.startswith("brigade ")
-    completion = brigade("--show-completion", "bash")
-    assert completion.exit_code == 0 and "complete" in completion.stdout
+    # Completion finds its shell from the process tree: asked from bash (`; true`
+    # keeps bash the parent rather than exec-ing the command), it prints bash's.
+    brigade_bin = shlex.quote(str(Path(sys.executable).parent / "brigade"))
+    shown = subprocess.run(
+        ["bash", "-c", f"{brigade_bin} --show-completion; true"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert "complete -o default -F" in shown.stdout and "_BRIGADE_COMPLETE" in shown.stdout, (
+        shown.stdout, shown.stderr)
