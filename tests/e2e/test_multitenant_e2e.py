@@ -99,7 +99,7 @@ def test_a_preempted_job_that_overstays_its_grace_period_is_killed_and_requeued(
     high = Tenant(server, "urgent", max_priority=100)
     # 0.05 s of grace, and a model whose step and checkpoint take longer than
     # the runner's polls (0.2 s): the ranks are killed before they can stop.
-    slow = spec(80, workers={"min": 2, "max": 4}, priority=1, preemption_grace_s=0.05)
+    slow = spec(40, workers={"min": 2, "max": 4}, priority=1, preemption_grace_s=0.05)
     slow["model"] = {"n_layers": 4, "d_model": 256, "n_heads": 4, "seq_len": 64}
     victim = low.submit(slow)
     low.wait(victim["id"], lambda j: j["state"] == "RUNNING"
@@ -113,9 +113,9 @@ def test_a_preempted_job_that_overstays_its_grace_period_is_killed_and_requeued(
     assert requeued["to_state"] == "QUEUED", told
     assert "grace period of 0.05 s" in requeued["reason"], told
     assert "resumes from checkpoint step" in requeued["reason"], told
-    assert done["preemptions"] == 1 and done["restarts"] == 0 and done["step"] == 80, told
+    assert done["preemptions"] == 1 and done["restarts"] == 0 and done["step"] == 40, told
     steps = sorted(losses_by_step(low, victim["id"]))
-    assert steps == list(range(1, 81))  # steps after the checkpoint ran again, once each
+    assert steps == list(range(1, 41))  # steps after the checkpoint ran again, once each
 
 
 def received_worker_seconds(jobs: dict[Tenant, list[str]]) -> dict[str, float]:
