@@ -41,6 +41,10 @@ class JobReads:
     def __init__(self, reader: Engine):
         self._reader, self._single = reader, single_reads(reader)
 
+    def dispose(self) -> None:
+        """Close the engine's pooled connections (it reconnects if used again)."""
+        self._reader.dispose()
+
     def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord | None:
         """The job, or None; with `tenant`, None unless the job is that tenant's."""
         query, params = _JOB_BY_ID, {"job_id": job_id}

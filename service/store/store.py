@@ -87,7 +87,6 @@ class JobStore:
         loop_engine = loop_reader(self.url)
         # The same on the event loop's own connection (SQLite: local reads), or None.
         self.loop_reads = None if loop_engine is None else JobReads(loop_engine)
-        self._loop_engine = loop_engine
         self.tenants = TenantStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
         self.audit = AuditStore(self._reader, self._writer)
@@ -113,8 +112,8 @@ class JobStore:
     def dispose(self) -> None:
         """Close the pooled connections (the store may be used again: it reconnects)."""
         self._reader.dispose()
-        if self._loop_engine is not None:
-            self._loop_engine.dispose()
+        if self.loop_reads is not None:
+            self.loop_reads.dispose()
 
     close = dispose
 
