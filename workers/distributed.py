@@ -22,7 +22,11 @@ class Rendezvous:
     master_port: int
     rank: int
     world_size: int
-    timeout_s: float = 30.0
+    timeout_s: float = 30.0  # a collective's (and the group's forming, once all have arrived)
+    # How long a rank waits at the store for its peers to arrive (None: timeout_s). Ranks
+    # start at different speeds (a warm process beside a cold one still importing torch),
+    # which is start-up, not a hung peer: it has the start-up's timeout, not a collective's.
+    join_timeout_s: float | None = None
 
 
 def pick_backend(device_type: str) -> str:
@@ -135,6 +139,8 @@ def init_process_group(rv: Rendezvous, store=None) -> str:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     apply_watchdog_env(backend, rv.timeout_s)
+    if store is not None:
+        await_peers(store, rv)
     meet = (
         {"store": store}
         if store is not None
@@ -149,6 +155,23 @@ def init_process_group(rv: Rendezvous, store=None) -> str:
         **meet,
     )
     return backend
+
+
+def await_peers(store, rv: Rendezvous) -> None:
+    """Announce this rank at the store and wait until every rank has, for up
+    to `rv.join_timeout_s`: the group is formed only once all are there, so
+    the collective timeout is never spent waiting for a slower start."""
+    from torch.distributed import DistStoreError
+
+    keys = [f"brigade/arrived/{r}" for r in range(rv.world_size)]
+    store.set(keys[rv.rank], "1")
+    wait_s = rv.timeout_s if rv.join_timeout_s is None else rv.join_timeout_s
+    try:
+        store.wait(keys, timedelta(seconds=wait_s))
+    except DistStoreError as exc:
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        raise DistStoreError(f"rank {rv.rank}: ranks {missing} of {rv.world_size} did not reach "
+                             f"the rendezvous within {wait_s:g}s") from exc
 
 
 def init_single_process(timeout_s: float = 30.0) -> str:

@@ -347,7 +347,8 @@ class WorkerGroup:
         )
         addr, port = self.rendezvous
         self.backend = self._finish(
-            [actor.setup.remote(addr, port, self.pg_timeout_s) for actor in self._actors],
+            [actor.setup.remote(addr, port, self.pg_timeout_s, self.ready_timeout_s)
+             for actor in self._actors],
             self.ready_timeout_s + self.pg_timeout_s,
             "forming the process group",
         )[0]

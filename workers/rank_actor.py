@@ -122,8 +122,9 @@ class RankActor:
         store = self._store = distributed.open_store(addr, self.world_size, timeout_s)
         return addr, store.port
 
-    def setup(self, addr: str, port: int, timeout_s: float) -> str:
-        """Join the process group; returns the backend (NCCL on a GPU, else gloo)."""
+    def setup(self, addr: str, port: int, timeout_s: float, join_timeout_s: float | None = None) -> str:
+        """Join the process group once every rank has arrived (within
+        `join_timeout_s`); returns the backend (NCCL on a GPU, else gloo)."""
         import torch
 
         self._timeline.setdefault("torch_imported", time.time())
@@ -134,6 +135,7 @@ class RankActor:
             rank=self.rank,
             world_size=self.world_size,
             timeout_s=timeout_s,
+            join_timeout_s=join_timeout_s,
         )
         store = self._store if self.rank == 0 else distributed.connect_store(rv)
         backend = distributed.init_process_group(rv, store)

@@ -330,7 +330,7 @@ def test_sigkill_the_controller_mid_run_and_while_restarting(server, probe, refe
         events = server.get(f"/v1/jobs/{job['id']}/events")
         assert any("reconciled" in e["reason"] for e in events), events
         if job is restarting:
-            assert done["restarts"] == 1
+            assert done["restarts"] == 1, server.event_lines(job["id"])
             noted = [e for e in events if "reconciled" in e["reason"]]
             assert noted[0]["from_state"] == "RESTARTING", noted  # the kill landed mid-restart
             [recovery] = attempt_rows(server, job["id"])

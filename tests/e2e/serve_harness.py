@@ -124,9 +124,16 @@ class Server:
             job = self.job(job_id)
             if until(job):
                 return job
-            assert job["state"] not in TERMINAL, f"job ended {job['state']}: {job['error']}"
+            assert job["state"] not in TERMINAL, (
+                f"job ended {job['state']}: {job['error']} (restarts {job['restarts']}, "
+                f"preemptions {job['preemptions']}); its events:\n{self.event_lines(job_id)}")
             assert time.monotonic() < deadline, f"timed out waiting; job is {job}\n{self.log_tail()}"
             time.sleep(every_s)
+
+    def event_lines(self, job_id: str) -> str:
+        """The job's events, a line each (what a failed wait shows)."""
+        return "\n".join(f"{e['from_state']} -> {e['to_state']}: {e['reason']}"
+                         for e in self.get(f"/v1/jobs/{job_id}/events"))
 
     def get(self, path: str):
         r = self.http.get(path)

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import replace
 
 import pytest
 
@@ -53,13 +55,44 @@ def test_a_loopback_store_is_not_reachable_from_other_interfaces():
 def test_two_processes_form_a_group_through_the_store(tmp_path):
     """Rank 0 opens the store and hands its port to rank 1 (as the Ray group
     does); an all-reduce over the group they form sums both ranks."""
+    assert _form_a_group_with_rank_1(tmp_path, timeout_s=30) == "gloo"
+
+
+def test_a_peer_slower_to_start_than_the_collective_timeout_still_joins(tmp_path):
+    """Rank 1 arrives 4 s after rank 0 (a cold process importing torch beside
+    a warm one) under a 1 s collective timeout: the ranks wait for each other
+    under the start-up's timeout, and the group forms."""
+    assert _form_a_group_with_rank_1(tmp_path, timeout_s=1, join_timeout_s=60, peer_late_s=4) == "gloo"
+
+
+def test_a_peer_that_never_arrives_is_named_once_the_join_timeout_passes():
+    from torch.distributed import DistStoreError
+
+    from workers.distributed import await_peers
+
+    store = open_store(LOOPBACK, 3, timeout_s=30)
+    rv = Rendezvous(master_addr=LOOPBACK, master_port=store.port, rank=0, world_size=3,
+                    timeout_s=30, join_timeout_s=0.5)
+    client = connect_store(replace(rv, rank=2))
+    client.set("brigade/arrived/2", "1")  # rank 2 is there; rank 1 never comes
+    started = time.monotonic()
+    with pytest.raises(DistStoreError, match=r"rank 0: ranks \[1\] of 3 did not reach the rendezvous within 0.5s"):
+        await_peers(store, rv)
+    assert time.monotonic() - started < 10  # the join timeout, not the store's 30 s
+
+
+def _form_a_group_with_rank_1(tmp_path, *, timeout_s: float, join_timeout_s: float | None = None,
+                              peer_late_s: float = 0.0) -> str:
+    """Rank 0 here, rank 1 in a subprocess that starts `peer_late_s` late; an
+    all-reduce over the group they form sums both ranks. Returns the backend."""
     script = tmp_path / "rank1.py"
-    script.write_text(textwrap.dedent("""
-        import sys
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
         import torch, torch.distributed as dist
         from workers.distributed import Rendezvous, connect_store, init_process_group
+        time.sleep({peer_late_s})
         rv = Rendezvous(master_addr="127.0.0.1", master_port=int(sys.argv[1]), rank=1,
-                        world_size=2, timeout_s=30)
+                        world_size=2, timeout_s={timeout_s}, join_timeout_s={join_timeout_s})
         init_process_group(rv, connect_store(rv))
         t = torch.tensor([2.0]); dist.all_reduce(t); assert t.item() == 3.0, t
         dist.destroy_process_group()
@@ -69,19 +102,20 @@ def test_two_processes_form_a_group_through_the_store(tmp_path):
 
     from workers.distributed import init_process_group
 
-    store = open_store(LOOPBACK, 2, timeout_s=30)
+    store = open_store(LOOPBACK, 2, timeout_s=timeout_s)
     peer = subprocess.Popen([sys.executable, str(script), str(store.port)], cwd=".")
     try:
         backend = init_process_group(
             Rendezvous(master_addr=LOOPBACK, master_port=store.port, rank=0, world_size=2,
-                       timeout_s=30),
+                       timeout_s=timeout_s, join_timeout_s=join_timeout_s),
             store,
         )
         t = torch.tensor([1.0])
         dist.all_reduce(t)
-        assert (backend, t.item()) == ("gloo", 3.0)
+        assert t.item() == 3.0
         dist.destroy_process_group()
         assert peer.wait(timeout=60) == 0
+        return backend
     finally:
         if peer.poll() is None:
             peer.kill()
