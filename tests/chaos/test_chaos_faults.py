@@ -315,20 +315,26 @@ def test_sigkill_the_controller_mid_run_and_while_restarting(server, probe, refe
     # together (run alone, this test used to find one queued behind it and the
     # other finished before the kill).
     reference()
-    mid_run = server.submit(chaos_spec("ctl-mid-run"))
+    # The job to be killed mid-restart first: where the pool has warm ranks for one job
+    # only, it takes them and runs ahead, so the other is still far from its end when the
+    # server dies (ahead, it could finish before the kill, with nothing to reconcile).
     restarting = server.submit(chaos_spec("ctl-restarting"))
+    mid_run = server.submit(chaos_spec("ctl-mid-run"))
     runs, restarts = PidWatch(server, mid_run["id"]), PidWatch(server, restarting["id"])
-    for job in (mid_run, restarting):
+    for job in (restarting, mid_run):
         wait_for(server, job["id"], lambda j: running_past(INTERVAL + 2)(j) and rank_pids(server, j["id"]))
     runs.sample()
     sigkill(restarts.sample()[0])
     wait_for(server, restarting["id"], lambda j: j["state"] == "RESTARTING", every_s=0.01)
+    before_kill = server.job(mid_run["id"])
     server.kill()  # mid-run for one job, mid-restart for the other
+    assert before_kill["state"] == "RUNNING", before_kill  # else the kill landed after its end
     server.start()
     for job, watch in ((mid_run, runs), (restarting, restarts)):
         done = finish(server, probe, job["id"], watch, reference)
         events = server.get(f"/v1/jobs/{job['id']}/events")
-        assert any("reconciled" in e["reason"] for e in events), events
+        assert any("reconciled" in e["reason"] for e in events), "\n\n".join(
+            server.event_lines(j["id"]) for j in (mid_run, restarting))
         if job is restarting:
             assert done["restarts"] == 1, server.event_lines(job["id"])
             noted = [e for e in events if "reconciled" in e["reason"]]

@@ -132,7 +132,7 @@ class Server:
 
     def event_lines(self, job_id: str) -> str:
         """The job's events, a line each (what a failed wait shows)."""
-        return "\n".join(f"{e['from_state']} -> {e['to_state']}: {e['reason']}"
+        return "\n".join(f"{e['time']} {e['from_state']} -> {e['to_state']}: {e['reason']}"
                          for e in self.get(f"/v1/jobs/{job_id}/events"))
 
     def get(self, path: str):
