@@ -110,9 +110,13 @@ def test_sigkill_a_random_rank_mid_step_three_times(server, probe, reference):
     killed_at = []
     for kill in range(3):
         # Each attempt gets past a new checkpoint first: the job moves on between kills.
+        # The job's step is the furthest any attempt got, so the attempt must also have
+        # taken a step of its own (its first row, which carries the recovery): killed
+        # before it, an attempt recovers nothing and leaves no such row.
         floor = INTERVAL * (kill + 1) + 2
         seen = wait_for(server, job["id"], lambda j: running_past(floor)(j)
-                        and j["restarts"] == kill and rank_pids(server, j["id"]))
+                        and j["restarts"] == kill and len(attempt_rows(server, j["id"])) == kill
+                        and rank_pids(server, j["id"]))
         pids = watch.sample()
         sigkill(pids[rng.randrange(len(pids))])
         killed_at.append(seen["step"])
