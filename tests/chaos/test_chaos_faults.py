@@ -79,6 +79,16 @@ def attempt_rows(server, job_id) -> list[dict]:
     return [row for row in metrics(server, job_id) if row.get("recovered_from")]
 
 
+def checkpointed_since_resuming(server, job: dict, restarts: int) -> bool:
+    """The job's attempt after `restarts` restarts has taken a step (its first
+    row carries the recovery) and committed a checkpoint past where it resumed."""
+    rows = attempt_rows(server, job["id"])
+    if len(rows) != restarts:
+        return False
+    resumed = rows[-1]["resumed_from"] if rows else 0
+    return (job["latest_checkpoint"] or {}).get("step", 0) > resumed
+
+
 def assert_on_the_reference_curve(server, job_id, reference) -> None:
     rows = metrics(server, job_id)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
@@ -109,13 +119,13 @@ def test_sigkill_a_random_rank_mid_step_three_times(server, probe, reference):
     watch = PidWatch(server, job["id"])
     killed_at = []
     for kill in range(3):
-        # Each attempt gets past a new checkpoint first: the job moves on between kills.
-        # The job's step is the furthest any attempt got, so the attempt must also have
-        # taken a step of its own (its first row, which carries the recovery): killed
-        # before it, an attempt recovers nothing and leaves no such row.
+        # Each attempt commits a checkpoint of its own first: the job moves on between
+        # kills. (The job's step is the furthest any attempt got: an attempt killed before
+        # its own checkpoint is resumed where it was, and the next one's first row, the
+        # same step's, replaces its recovery row.)
         floor = INTERVAL * (kill + 1) + 2
         seen = wait_for(server, job["id"], lambda j: running_past(floor)(j)
-                        and j["restarts"] == kill and len(attempt_rows(server, j["id"])) == kill
+                        and j["restarts"] == kill and checkpointed_since_resuming(server, j, kill)
                         and rank_pids(server, j["id"]))
         pids = watch.sample()
         sigkill(pids[rng.randrange(len(pids))])
