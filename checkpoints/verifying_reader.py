@@ -46,6 +46,7 @@ from checkpoints.dcp_records import copy_into, tensor_of
 from checkpoints.digest import Digest, entry_of
 from checkpoints.errors import CheckpointInvalid
 from checkpoints.manifest import FileEntry, Manifest
+from checkpoints.read_ahead import ReadAhead
 
 _CHUNK = 8 << 20  # bytes per read
 
@@ -177,7 +178,8 @@ class VerifyingReader(FsspecReader):
                         planner: LoadPlanner) -> str | None:
         """Read the whole file in order, hashing it and delivering its records;
         the reason it fails its check, or None."""
-        reads = _HashedReads(stream, self._verify_buffers, self._expected[name].algo)
+        reads = _HashedReads(stream, self._verify_buffers, self._expected[name].algo,
+                             ahead=ReadAhead.of(stream))
         failure: BaseException | None = None  # a record that would not deserialize
         try:
             for offset, length, items in records:
@@ -254,11 +256,15 @@ class VerifyingReader(FsspecReader):
 class _HashedReads:
     """Sequential reads of one file, every byte hashed in order on the
     digest's own thread (`Digest.later`) while the next bytes are read and
-    delivered. Two buffers in turn for records and two for skipped bytes: a
-    buffer is read into again only once the hash of what it held is done."""
+    delivered, and, on a local disk, the kernel asked to read a window ahead
+    (`ReadAhead`). Two buffers in turn for records and two for skipped
+    bytes: a buffer is read into again only once the hash of what it held is
+    done."""
 
-    def __init__(self, stream: Any, records: list[bytearray], algo: str) -> None:
+    def __init__(self, stream: Any, records: list[bytearray], algo: str,
+                 ahead: ReadAhead | None = None) -> None:
         self._stream = stream
+        self._ahead = ahead
         self.digest = Digest(algo)
         self.pos = 0
         self._records = records  # the reader's, kept between files
@@ -313,6 +319,8 @@ class _HashedReads:
     def _hash(self, view: memoryview, buffer: bytearray) -> None:
         self._tickets[id(buffer)] = self.digest.later(view)
         self.pos += len(view)
+        if self._ahead is not None:
+            self._ahead.advance(self.pos)
 
     def _free(self, buffers: list[bytearray], index: int) -> bytearray:
         buffer = buffers[index]
