@@ -21,7 +21,8 @@ machine's noise hits both alike:
    cache warm (the files were just written), then cold for those files only:
    they are evicted with `posix_fadvise(DONTNEED)` (dropping the machine's
    whole page cache would need /proc/sys/vm/drop_caches and would hit
-   everyone's jobs);
+   everyone's jobs); then cold again with the reader's read-ahead off
+   (`checkpoints/read_ahead.py`), in the same repetition, to show what it does;
 3. a plain memcpy of the rank's state (every tensor the checkpoint holds,
    `copy_` into CPU buffers allocated and touched once, as the staging copy
    is) vs the async save's stall (`TrainerCheckpoints.save(...,
@@ -35,6 +36,7 @@ docs/benchmarks.md and the plot docs/checkpoint.png. Files go under bench/out/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +48,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from unittest import mock
 
 from bench.report import OUT, Figure, Goal, cli, load, pyplot, save_plot
 
@@ -215,6 +218,15 @@ class StateCopy:
         return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def read_ahead_off():
+    """The verifying reader without its read-ahead, for the comparison."""
+    from checkpoints import verifying_reader
+
+    with mock.patch.object(verifying_reader.ReadAhead, "of", staticmethod(lambda *a, **k: None)):
+        yield
+
+
 def held(out) -> float:
     """How long `TrainerCheckpoints.save` held the train loop: its return value,
     or the `checkpoint_stall_s` of the metrics dict it returns (failing loudly
@@ -328,6 +340,13 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
         dist.barrier()
         row["load_cold_s"] = load()
         row["load_cold_phases"] = phases.reset()
+        dist.barrier()
+        if rank == 0:
+            evict(step_files(s))
+        dist.barrier()
+        with read_ahead_off():
+            row["load_cold_plain_s"] = load()
+        phases.reset()
         dist.barrier()
         if rank == 0:
             raw_file.unlink()
@@ -468,6 +487,14 @@ def report(results: list[dict], reps: int, world_sizes: str, png: str) -> str:
                 f"({ours_t:.2f} s) | {ratio:.2f}x | {best:.2f}x | {goal} | {ver * 1e3:.0f} ms "
                 f"| {rd:.2f} s |"
             )
+    for r in results:
+        rows = r["rows"]
+        if all("load_cold_plain_s" in x for x in rows):
+            plain = med(x["load_cold_plain_s"] for x in rows)
+            ratio, best = ratios(rows, "load_cold_plain_s", "load_cold_s")
+            lines.append(f"\nWorld size {r['world_size']}: the cold load without the read-ahead, in "
+                         f"the same repetitions: {plain:.2f} s (median); with / without, as speed: "
+                         f"{ratio:.2f}x (median of per-rep ratios), {best:.2f}x best / best.")
 
     lines += ["", "### Async save: how long the train loop is held, against a memcpy of the state", "",
               "Stall: the `checkpoint_stall_s` that `TrainerCheckpoints.save(trainer, blocking=False)` "
@@ -559,11 +586,19 @@ What is left, and why the goals are missed where they are:
 - Load: missed, 0.34-0.59x the cold raw read. The hash is no longer the floor (0.07 s per 307 MB):
   a cold load reads each record and then copies it into the state, end to end on one thread
   (0.17 s of reads + 0.06 s of memmove, ~0.24 s in one process), and in the bench's trainer the
-  cold DCP read took 0.43-0.50 s where the warm one took 0.17-0.23 s. Next: reads that overlap
-  the copies (a read-ahead thread); the kernel's read-ahead asked for with
-  `posix_fadvise(WILLNEED)` in 64 MiB windows did not help here (one process: 0.29 s, against
-  0.24 s in the run just before without it), and was left out. A warm raw read is a memory
-  copy (6-15 GB/s): no checksummed load approaches it.
+  cold DCP read took 0.43-0.50 s where the warm one took 0.17-0.23 s. A warm raw read is a
+  memory copy (6-15 GB/s): no checksummed load approaches it.
+- The round of 22:58 UTC (a slower day on this machine: the same raw write took 2.5x longer)
+  added the reader's read-ahead (`checkpoints/read_ahead.py`): the kernel is asked
+  (`posix_fadvise(WILLNEED)`) to keep a 32 MiB window read ahead of the verifying reader, a 4
+  MiB chunk at a time, so the disk works while records are hashed and copied. Measured against
+  itself in the same repetitions (the line under the load table): 1.11x (ws 1) and 1.01x (ws 2)
+  on the median of per-rep ratios, 0.69x and 1.16x best / best: within this VM's noise, whose
+  disk reads come from a host cache as often as not (the cold raw read swings 0.15-0.42 s for
+  the same bytes). A thread of ours reading ahead into a scratch buffer was tried first and
+  made the warm load slower (0.32-0.40 s to 0.47-0.53 s: its copies compete for the 2 cores).
+  What bounds the cold load here is the one thread that reads, hashes and copies each record
+  in turn: the warm load alone (no disk) is 0.32 s at ws 1 against a 0.2 s cold raw read.
 - Async stall: met at world size 1 (1.12-1.19x); at world size 2 on the line (1.49x in one run,
   1.54x in the other). What is left on the path: the staging copy (22-23 ms against a memcpy of
   20-21 ms) and FSDP's get_state_dict (7-8 ms), which weighs more against the smaller per-rank
