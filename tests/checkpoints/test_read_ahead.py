@@ -9,12 +9,12 @@ import io
 import os
 import shutil
 import subprocess
-import time
 
 import fsspec
 import pytest
 
 from checkpoints.read_ahead import ReadAhead
+from tests.waiting import wait_until
 
 MB = 1 << 20
 
@@ -39,15 +39,6 @@ def evicted(path):
     return path
 
 
-def eventually(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def test_it_asks_a_window_past_the_consumer_a_chunk_at_a_time(tmp_path):
     path = tmp_path / "shard"
     path.write_bytes(b"x")
@@ -67,11 +58,11 @@ def test_the_pages_ahead_of_the_consumer_reach_the_page_cache_and_no_further(tmp
     with open(path, "rb", buffering=0) as f:
         ahead = ReadAhead.of(f, window=8 * MB, chunk=4 * MB)
         assert ahead is not None
-        assert eventually(lambda: resident_bytes(path) >= 8 * MB)
+        assert wait_until(lambda: resident_bytes(path) >= 8 * MB, 10)
         assert resident_bytes(path) < 16 * MB  # the window, not the whole file
         f.seek(8 * MB)
         ahead.advance(8 * MB)
-        assert eventually(lambda: resident_bytes(path) >= 16 * MB)
+        assert wait_until(lambda: resident_bytes(path) >= 16 * MB, 10)
 
 
 def test_a_stream_without_a_descriptor_is_not_read_ahead():
@@ -83,7 +74,8 @@ def test_a_stream_without_a_descriptor_is_not_read_ahead():
 
 
 def test_a_local_fsspec_stream_is_read_ahead(tmp_path):
-    path = evicted(tmp_path / "shard")
+    path = tmp_path / "shard"
+    path.write_bytes(b"x")
     fs, _ = fsspec.core.url_to_fs(f"file://{path}")
     with fs.open(str(path), "rb") as stream:
         ahead = ReadAhead.of(stream, window=4 * MB, chunk=MB)

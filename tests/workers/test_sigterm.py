@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 
 import pytest
 
 from checkpoints import CheckpointStore
+from tests.waiting import wait_until
 from workers.distributed import apply_watchdog_env, watchdog_env
 from workers.group import WorkerGroup
 
@@ -33,15 +33,6 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
-
-
-def wait_until(condition, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
     return True
 
 

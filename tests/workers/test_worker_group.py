@@ -6,13 +6,13 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.state import list_actors, list_placement_groups
 
+from tests.waiting import wait_until
 from workers.errors import (
     CapacityError,
     PlacementTimeoutError,
@@ -41,15 +41,6 @@ def unique_prefix() -> str:
     return f"test-{uuid.uuid4().hex[:8]}"
 
 
-def wait_until(condition: Callable[[], bool], within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def leftovers(prefix: str, pids: list[int] = ()) -> list[str]:
     """What of a group named `prefix` still lives: actors, placement groups,
     processes (through Ray's public state API: the session's head runs the dashboard)."""
@@ -71,7 +62,7 @@ def _process_alive(pid: int) -> bool:
 
 
 def assert_nothing_left(prefix: str, pids: list[int] = ()) -> None:
-    assert wait_until(lambda: not leftovers(prefix, pids), GONE_WITHIN_S), leftovers(prefix, pids)
+    assert wait_until(lambda: not leftovers(prefix, pids), GONE_WITHIN_S, every_s=0.2), leftovers(prefix, pids)
 
 
 # -- a normal run: one group, trained once, looked at by several tests ---------
@@ -139,7 +130,7 @@ def test_lost_rank_mid_training_is_named_within_a_minute(kill, rank):
     group = WorkerGroup(2, name_prefix=prefix).start()
     pids = [info["pid"] for info in group.node_infos]
     run = group.start_training(tiny_job(steps=100_000))  # would run for hours
-    assert wait_until(lambda: len(run.progress()) >= 1, 120), "training never made a step"
+    assert wait_until(lambda: len(run.progress()) >= 1, 120, every_s=0.2), "training never made a step"
     assert run.wait(timeout_s=0) is None  # a poll: still running
 
     kill(group, rank)
@@ -215,6 +206,6 @@ def test_error_while_spawning_leaves_nothing_behind():
     try:
         with pytest.raises(ValueError, match="already taken"):
             WorkerGroup(2, name_prefix=prefix).start()
-        assert wait_until(lambda: leftovers(prefix) == [f"{prefix}-rank-1"], GONE_WITHIN_S)
+        assert wait_until(lambda: leftovers(prefix) == [f"{prefix}-rank-1"], GONE_WITHIN_S, every_s=0.2)
     finally:
         ray.kill(squatter)
