@@ -12,6 +12,7 @@ TITLES = {
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
     "hf_io": "Hugging Face weights: import and export vs raw I/O",
     "startup": "Start-up: submit -> first step vs Ray Train's TorchTrainer",
+    "rank_start": "Rank processes: forked from the fork server vs started cold",
     "recovery": "Recovery after a rank is killed",
     "api": "API: requests/s vs a bare FastAPI peer, latency at 100 clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",

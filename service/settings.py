@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     # warm rank processes (torch imported) kept on each node for CPU jobs' next ranks, each
     # used by one job only (workers/pool.py); 0: every rank starts cold
     rank_pool_size: int = Field(2, ge=0)
+    # each node's fork server (workers/fork_server.py): CPU ranks, warm or cold, are forked
+    # from a process that has imported torch and the engine, not started from scratch
+    fork_server: bool = True
     # a failed job restarts after restart_backoff_s * 2**(restarts - 1) s, at most 10 s
     restart_backoff_s: float = Field(0.5, ge=0)
     preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets

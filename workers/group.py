@@ -325,7 +325,9 @@ class WorkerGroup:
                 infos.append(actor.assign.remote(self.name_prefix or f"group-{id(self):x}", rank,
                                                  self.num_workers, threads, self.sigterm_grace_s))
                 continue
+            env = self.pool.runtime_env(nodes[bundle]) if self.pool and bundle in nodes else None
             actor = start_rank_actor(
+                runtime_env=env,  # forked from the node's fork server, where it has one
                 num_cpus=self.cpus_per_worker,
                 num_gpus=self.gpus_per_worker,
                 name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,

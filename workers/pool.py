@@ -24,6 +24,12 @@ placement group, would hold the pool's CPUs away from every job, and fit
 only jobs whose bundles have the pool's shape. Idle, a pooled rank costs its
 memory (torch imported: a few hundred MB) and no CPU.
 
+Both kinds of CPU rank, warm and cold, are forked from their node's fork
+server where it runs (workers/fork_server.py, one a node, kept here by
+`fork_servers`): a fresh process that has torch and the engine imported
+already, at a fraction of the CPU a fresh interpreter's imports take. The
+pool still saves what a fork does not: Ray's own start of a worker.
+
 Only CPU-only jobs take pooled ranks: a GPU rank's process must be Ray's
 GPU-holding actor (its CUDA_VISIBLE_DEVICES is Ray's), so it starts cold.
 
@@ -43,6 +49,7 @@ import uuid
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from workers.fork_host import ForkServers
 from workers.rank_actor import RankActor
 
 logger = logging.getLogger(__name__)
@@ -63,10 +70,12 @@ class RankPool:
     """`size` warm rank processes kept ready on each live node with CPUs."""
 
     def __init__(self, size: int, *, name_prefix: str = "brigade-pool",
-                 refill_delay_s: float = REFILL_DELAY_S):
+                 refill_delay_s: float = REFILL_DELAY_S, fork_server: bool = True):
         if size < 0:
             raise ValueError(f"a pool's size is >= 0, got {size}")
         self.size, self.name_prefix, self.refill_delay_s = size, name_prefix, refill_delay_s
+        # Each node's fork server (workers/fork_server.py): warm and cold CPU ranks fork from it.
+        self.fork_servers = ForkServers(name_prefix) if fork_server else None
         self._lock = threading.Lock()
         self._warm: dict[str, list] = {}  # node id -> warm actors, oldest first
         self._starting: dict = {}  # preload ref -> (node id, actor)
@@ -79,6 +88,8 @@ class RankPool:
     def start(self) -> RankPool:
         """Clear what a predecessor left idle, then fill in the background."""
         self._kill_idle_leftovers()
+        if self.fork_servers is not None:
+            self.fork_servers.kill_leftovers()
         self._thread = threading.Thread(target=self._refill_loop, name="rank-pool", daemon=True)
         self._thread.start()
         return self
@@ -97,6 +108,8 @@ class RankPool:
         if ray.is_initialized():
             for actor in idle:
                 ray.kill(actor, no_restart=True)
+        if self.fork_servers is not None:
+            self.fork_servers.shutdown()
 
     def take(self, node_id: str):
         """A warm rank process on `node_id`, now the caller's (it must
@@ -116,13 +129,20 @@ class RankPool:
         with self._lock:
             return {node: len(actors) for node, actors in self._warm.items()}
 
+    def runtime_env(self, node_id: str) -> dict | None:
+        """How a cold CPU rank on `node_id` starts through the node's fork
+        server (None: none is ready there; it starts as Ray starts any worker)."""
+        return None if self.fork_servers is None else self.fork_servers.runtime_env(node_id)
+
     def wait_warm(self, timeout_s: float) -> bool:
-        """Whether every node with CPUs had `size` warm processes within `timeout_s`."""
+        """Whether every node with CPUs had `size` warm processes (and its
+        fork server settled) within `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             nodes = _cpu_nodes()
             counts = self.warm()
-            if nodes and all(counts.get(node, 0) >= self.size for node in nodes):
+            if nodes and all(counts.get(node, 0) >= self.size and self._forks_settled(node)
+                             for node in nodes):
                 return True
             time.sleep(0.1)
         return False
@@ -160,9 +180,16 @@ class RankPool:
             with self._lock:
                 self._warm.setdefault(node, []).append(actor)
 
+    def _forks_settled(self, node: str) -> bool:
+        return self.fork_servers is None or self.fork_servers.settled(node)
+
     def _fill(self) -> None:
-        """Start what each live node lacks."""
+        """Start what each live node lacks: its fork server first, then the
+        warm ranks (forked from it once it is ready)."""
         nodes = _cpu_nodes()
+        if self.fork_servers is not None:
+            self.fork_servers.refresh(nodes)
+            nodes = {node for node in nodes if self.fork_servers.settled(node)}
         with self._lock:
             for gone in set(self._warm) - nodes:  # a node that left: its actors went with it
                 del self._warm[gone]
@@ -170,9 +197,11 @@ class RankPool:
             short = [node for node in nodes
                      for _ in range(self.size - len(self._warm.get(node, [])) - starting.count(node))]
         for node in short:
+            env = self.runtime_env(node)
             actor = start_rank_actor(
                 node_id=node, num_cpus=0, lifetime="detached",
                 name=f"{self.name_prefix}-{uuid.uuid4().hex[:12]}",
+                runtime_env=env,
             ).remote(-1, 0, 1)
             with self._lock:
                 self._starting[actor.preload.remote()] = (node, actor)

@@ -9,6 +9,7 @@ checks (soak_checks.py) read it once the soak is over.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -154,8 +155,16 @@ class RaySampler(Loop):
         self.quota = {t.name: t.max_workers for t in TENANTS}
 
     def once(self) -> bool:
-        pooled = self.probe.assignments(POOL)
-        alive = ranks_on_ray(self.probe.leftovers("brigade-j-"), pooled)
+        # One instant from reads that take time: the named ranks listed between two reads
+        # of the pooled ones' answers, and of those only the ones that gave the same answer
+        # both times (alive before and after the listing: alive at it). A single read of each
+        # could see an attempt's pooled ranks just before their kill and the next attempt's
+        # named ranks just after it.
+        before = self.probe.assignments(POOL)
+        names = self.probe.leftovers("brigade-j-")
+        after = self.probe.assignments(POOL)
+        pooled = {name: answer for name, answer in after.items() if before.get(name) == answer}
+        alive = ranks_on_ray(names, pooled)
         with self.obs.lock:
             tenant_of = {job_id: plan.tenant for job_id, plan in self.obs.submitted.items()}
             self.obs.ray_samples += 1
@@ -246,12 +255,15 @@ class Chaos(Loop):
         if self.storage is None:
             return {"skipped": "no tmpfs under the checkpoint storage"}
         filler = self.storage / "soak-filler.bin"
-        with open(filler, "wb") as f:  # all but a few KB: the next save of any job fails
-            f.truncate(0)
+        with open(filler, "wb", buffering=0) as f:  # all but a few KB: the next save of any job fails
             left = free_bytes(self.storage) - SPACE_LEFT
             chunk = b"\0" * (1 << 20)
-            while left > 0:
-                left -= f.write(chunk[:min(left, len(chunk))])
+            try:
+                while left > 0:
+                    left -= f.write(chunk[:min(left, len(chunk))])
+            except OSError as e:  # the jobs' saves beside it took the rest first: full all the same
+                if e.errno != errno.ENOSPC:
+                    raise
         t0 = time.monotonic()
         failed: list[str] = []
         seen: set[str] = set()  # every job that ran while the disk was full (a short one ends fast)

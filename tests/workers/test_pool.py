@@ -26,14 +26,22 @@ def pool():
     assert_nothing_left(prefix)
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def test_a_pooled_process_serves_one_group_and_dies_with_it(pool):
     """The group takes the one warm process (rank 0) and starts rank 1 cold; both
-    train; once the group ends the pooled process is dead, and the next group gets
-    a new one."""
+    are forked from the node's fork server; both train; once the group ends the
+    pooled process is dead, and the next group gets a new one."""
     name = unique_prefix()
+    [node] = pool.warm()
+    server = pool.fork_servers.launch(node)
     with WorkerGroup(2, pool=pool, name_prefix=name) as group:
         assert group.pooled_ranks == [0]
         first = [info["pid"] for info in group.node_infos]
+        assert [_parent(pid) for pid in first] == [server["pid"]] * 2
         per_rank = group.train(tiny_job(2))
         assert [len(rows) for rows in per_rank] == [2, 2]
         pooled = ray.get(group.actors[0].timeline.remote())

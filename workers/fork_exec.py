@@ -1,0 +1,116 @@
+"""The launcher Ray runs as a rank's worker process (its runtime_env
+`py_executable`): it has the node's fork server (workers/fork_server.py)
+fork the real worker, then stands in for it until it ends.
+
+    python -S workers/fork_exec.py SOCKET default_worker.py ARGS...
+
+Standard library only, run as a file with `-S`: it starts in tens of
+milliseconds. It sends the server its argv (Ray's worker command), its
+environment (Ray's, for this worker), its working directory and its
+standard streams; it forwards SIGTERM, SIGINT and SIGHUP to the worker,
+and exits as the worker exited (the same code, or the same signal). Where
+no server answers, it execs the worker itself (`sys.executable ARGS`): a
+rank then starts cold, as it would without the server.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _recv_message(conn: socket.socket) -> dict | None:
+    """One length-prefixed JSON message, or None at the server's end."""
+    head = _recv_exact(conn, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack("!I", head)
+    body = _recv_exact(conn, size)
+    return None if body is None else json.loads(body)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        try:
+            chunk = conn.recv(size - len(data))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _exec_cold(args: list[str]) -> None:
+    # -S was ours, not the worker's: the worker runs with its site-packages.
+    os.execv(sys.executable, [sys.executable, *args])
+
+
+def _exit_like(code: int) -> None:
+    """End as the worker ended: by the same signal (negative), else its code."""
+    if code < 0:
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def main(argv: list[str]) -> None:
+    socket_path, worker_args = argv[0], argv[1:]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(socket_path)
+        body = json.dumps({"argv": worker_args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        streams = array.array("i", [0, 1, 2])
+        conn.sendmsg([struct.pack("!I", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
+        conn.sendall(body)
+        reply = _recv_message(conn)
+    except OSError:
+        reply = None
+    if not reply or "pid" not in reply:
+        conn.close()
+        _exec_cold(worker_args)
+        return
+    pid = int(reply["pid"])
+
+    def forward(signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    # Until the server says how the worker ended; if the server itself goes
+    # first, until the worker's pidfd says it has gone (its status unknown).
+    pidfd = os.pidfd_open(pid)
+    watched: list[socket.socket | int] = [conn, pidfd]
+    while True:
+        try:
+            readable, _, _ = select.select(watched, [], [])
+        except InterruptedError:
+            continue
+        if conn in readable:
+            message = _recv_message(conn)
+            if message is not None and "exit" in message:
+                _exit_like(int(message["exit"]))
+            watched.remove(conn)  # the server is gone: the pidfd tells the end
+        if pidfd in readable:
+            # Gone: its status follows from the server within moments, if it is there.
+            if conn in watched and select.select([conn], [], [], 2.0)[0]:
+                message = _recv_message(conn)
+                if message is not None and "exit" in message:
+                    _exit_like(int(message["exit"]))
+            os._exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
