@@ -64,6 +64,14 @@ class ForkServerHost:
         return self._proc.poll() is None
 
 
+def supported() -> bool:
+    """Whether this Ray starts a worker through a runtime_env `py_executable`
+    (an older release would refuse the field: its ranks then start cold)."""
+    from ray.runtime_env import RuntimeEnv
+
+    return "py_executable" in getattr(RuntimeEnv, "known_fields", ())
+
+
 class ForkServers:
     """One fork server host per node, kept by the rank pool's refill loop
     (workers/pool.py): `refresh(nodes)` starts what is missing and takes in

@@ -49,6 +49,7 @@ import uuid
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from workers import fork_host
 from workers.fork_host import ForkServers
 from workers.rank_actor import RankActor
 
@@ -75,7 +76,9 @@ class RankPool:
             raise ValueError(f"a pool's size is >= 0, got {size}")
         self.size, self.name_prefix, self.refill_delay_s = size, name_prefix, refill_delay_s
         # Each node's fork server (workers/fork_server.py): warm and cold CPU ranks fork from it.
-        self.fork_servers = ForkServers(name_prefix) if fork_server else None
+        if fork_server and not fork_host.supported():
+            logger.warning("this Ray has no runtime_env py_executable: no fork server, ranks start cold")
+        self.fork_servers = ForkServers(name_prefix) if fork_server and fork_host.supported() else None
         self._lock = threading.Lock()
         self._warm: dict[str, list] = {}  # node id -> warm actors, oldest first
         self._starting: dict = {}  # preload ref -> (node id, actor)
