@@ -14,7 +14,7 @@ from bench.report import Figure, Goal, assemble
 
 def test_every_figure_has_its_module():
     assert FIGURES == ["overhead", "comm", "tensor_parallel", "memory", "checkpoint", "hf_io",
-                       "startup", "recovery", "api", "scheduler", "ui", "data", "soak"]
+                       "startup", "rank_start", "recovery", "api", "scheduler", "ui", "data", "soak"]
     for name in FIGURES:
         spec = importlib.util.find_spec(f"bench.{name}")
         assert spec is not None, name
