@@ -43,6 +43,7 @@ from typing import cast
 
 MAX_REQUEST = 1 << 20  # argv + environment: far below this
 STREAMS = 3  # stdin, stdout, stderr: sent with every request
+REQUEST_TIMEOUT_S = 10.0  # for a launcher to send its whole request
 PARENT_CHECK_S = 1.0  # how often the server looks whether its host is still there
 
 
@@ -167,8 +168,10 @@ class ForkServer:
                     self._launcher_gone(cast(socket.socket, key.fileobj), selector)
 
     def _launch(self, conn: socket.socket, selector: selectors.BaseSelector) -> Launch | None:
+        conn.settimeout(REQUEST_TIMEOUT_S)  # a launcher that stalls mid-request stalls no other
         try:
             launch = _recv_request(conn)
+            conn.settimeout(None)
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"fork server: a bad launch request: {e}", file=sys.stderr, flush=True)
             conn.close()
