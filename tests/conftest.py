@@ -40,5 +40,20 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def fork_pool(ray_cluster):
+    """The session cluster's fork server, through a rank pool of no warm ranks:
+    a group given `pool=fork_pool` forks its CPU ranks from it, as `brigade
+    serve`'s groups do (workers/fork_server.py)."""
+    import uuid
+
+    from workers.pool import RankPool
+
+    pool = RankPool(0, name_prefix=f"tests-{uuid.uuid4().hex[:8]}").start()
+    assert pool.wait_warm(180), "the session's fork server did not come up"
+    yield pool
+    pool.shutdown()
+
+
 # The S3 server (moto on 127.0.0.1) for any test that stores checkpoints on s3://.
 from tests.checkpoints.s3_server import moto_s3, s3_bucket  # noqa: E402,F401

@@ -37,12 +37,13 @@ def target(storage, job: str) -> dict:
     return {"root": root, "tenant": "acme", "job": job, "secret": SECRET, "storage_options": options}
 
 
-def test_resume_at_other_world_sizes_follows_the_same_curve(storage):
+def test_resume_at_other_world_sizes_follows_the_same_curve(storage, fork_pool):
+    # Ranks forked from the session's fork server, as the service's are.
     # A manifest is bound to its (tenant, job, step): each resume gets its own
     # job, trained at world size 2 to step 10 (bitwise the same state each time).
     sizes = S3_RESUME_SIZES if storage[0].startswith("s3://") else RESUME_SIZES
     jobs = {n: target(storage, f"ws{n}") for n in (2, *sizes)}
-    with WorkerGroup(2) as group:
+    with WorkerGroup(2, pool=fork_pool) as group:
         straight = group.train(JOB)[0]
         saved = {}
         for n, job_target in jobs.items():
@@ -58,7 +59,7 @@ def test_resume_at_other_world_sizes_follows_the_same_curve(storage):
     assert losses(same_size) == losses(straight[10:])
 
     for n in sizes:
-        with WorkerGroup(n) as group:
+        with WorkerGroup(n, pool=fork_pool) as group:
             # Load only (the run stops where it starts): the state as saved, bitwise.
             assert group.train(JOB, checkpoint=jobs[n], stop_after=10) == [[]] * n
             assert group.call("state_digests")[0] == saved[n]
@@ -67,7 +68,7 @@ def test_resume_at_other_world_sizes_follows_the_same_curve(storage):
         assert losses(resumed) == pytest.approx(losses(straight[10:]), rel=1e-4)
 
 
-def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_never_loaded(tmp_path):
+def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_never_loaded(tmp_path, fork_pool):
     import os
     import signal
     import time
@@ -82,7 +83,7 @@ def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_neve
     store = CheckpointStore(root, tenant="acme", job="killed", secret=SECRET.encode())
     step20 = tmp_path / "store/tenants/acme/jobs/killed/checkpoints/step-000000020"
 
-    with WorkerGroup(2) as group:
+    with WorkerGroup(2, pool=fork_pool) as group:
         run = group.start_training(job, checkpoint=job_target)
         deadline = time.monotonic() + 120
         while not step20.exists():  # the save of step 20 has begun
@@ -94,7 +95,7 @@ def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_neve
 
     assert step20.exists() and not (step20 / "manifest.json").exists(), "the kill came too late"
     assert [c.step for c in store.list_committed()] == [10]
-    with WorkerGroup(2) as group:
+    with WorkerGroup(2, pool=fork_pool) as group:
         assert group.train(job, checkpoint=job_target, stop_after=10) == [[], []]
         assert not step20.exists()  # the torn step is cleaned up at resume
         resumed = group.train(job, checkpoint=job_target)[0]
