@@ -78,8 +78,6 @@ class Supervisor:
         # dir: a successor on the same store clears what this one leaves idle.
         self.rank_pool = RankPool(settings.rank_pool_size, name_prefix=pool_prefix(settings.data_dir),
                                   fork_server=settings.fork_server)
-        # Whether groups start their ranks through the pool (warm ones, or the fork servers).
-        self._pooled = bool(settings.rank_pool_size or settings.fork_server)
         self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
 
     # -- requests ---------------------------------------------------------------
@@ -261,7 +259,7 @@ class Supervisor:
 
     def start(self) -> None:
         self.reconcile()
-        if self._pooled:
+        if self.rank_pool.active:
             self.rank_pool.start()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._thread.start()
@@ -328,7 +326,7 @@ class Supervisor:
 
     def _launch(self, job: JobRecord) -> WorkerGroup | GroupOutcome:
         return launch_group(job, self.checkpoint_target(job), pg_timeout_s=self.settings.pg_timeout_s,
-                            pool=self.rank_pool if self._pooled else None)
+                            pool=self.rank_pool if self.rank_pool.active else None)
 
     def _spawn(self, runner: JobRunner) -> None:
         with self._lock:

@@ -28,17 +28,27 @@ import sys
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def _recv_message(conn: socket.socket) -> dict | None:
-    """One length-prefixed JSON message, or None at the server's end."""
-    head = _recv_exact(conn, 4)
+# The wire, both ways (workers/fork_server.py uses these too): a 4-byte big-endian length, then
+# that many bytes of JSON. The request carries the three standard streams as well (SCM_RIGHTS).
+
+
+def encode(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return struct.pack("!I", len(body)) + body
+
+
+def recv_message(conn: socket.socket) -> dict | None:
+    """One message, or None at the other side's end."""
+    head = recv_exact(conn, 4)
     if head is None:
         return None
     (size,) = struct.unpack("!I", head)
-    body = _recv_exact(conn, size)
+    body = recv_exact(conn, size)
     return None if body is None else json.loads(body)
 
 
-def _recv_exact(conn: socket.socket, size: int) -> bytes | None:
+def recv_exact(conn: socket.socket, size: int) -> bytes | None:
+    """`size` bytes, or None if the other side ends first."""
     data = b""
     while len(data) < size:
         try:
@@ -56,6 +66,14 @@ def _exec_cold(args: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, *args])
 
 
+def _exit_if_told(conn: socket.socket) -> None:
+    """Exit as the worker did once the server's message says how; return if
+    the server ended without one."""
+    message = recv_message(conn)
+    if message is not None and "exit" in message:
+        _exit_like(int(message["exit"]))
+
+
 def _exit_like(code: int) -> None:
     """End as the worker ended: by the same signal (negative), else its code."""
     if code < 0:
@@ -70,11 +88,11 @@ def main(argv: list[str]) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(socket_path)
-        body = json.dumps({"argv": worker_args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        request = encode({"argv": worker_args, "env": dict(os.environ), "cwd": os.getcwd()})
         streams = array.array("i", [0, 1, 2])
-        conn.sendmsg([struct.pack("!I", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
-        conn.sendall(body)
-        reply = _recv_message(conn)
+        conn.sendmsg([request[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
+        conn.sendall(request[4:])
+        reply = recv_message(conn)
     except OSError:
         reply = None
     if not reply or "pid" not in reply:
@@ -99,16 +117,12 @@ def main(argv: list[str]) -> None:
         except InterruptedError:
             continue
         if conn in readable:
-            message = _recv_message(conn)
-            if message is not None and "exit" in message:
-                _exit_like(int(message["exit"]))
+            _exit_if_told(conn)
             watched.remove(conn)  # the server is gone: the pidfd tells the end
         if pidfd in readable:
             # Gone: its status follows from the server within moments, if it is there.
             if conn in watched and select.select([conn], [], [], 2.0)[0]:
-                message = _recv_message(conn)
-                if message is not None and "exit" in message:
-                    _exit_like(int(message["exit"]))
+                _exit_if_told(conn)
             os._exit(1)
 
 

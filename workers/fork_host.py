@@ -60,9 +60,6 @@ class ForkServerHost:
         return {"python": sys.executable, "launcher": LAUNCHER, "socket": self.socket_path,
                 "pid": self._proc.pid}
 
-    def alive(self) -> bool:
-        return self._proc.poll() is None
-
 
 def supported() -> bool:
     """Whether this Ray starts a worker through a runtime_env `py_executable`
@@ -94,7 +91,7 @@ class ForkServers:
         return self._launch.get(node_id)
 
     def runtime_env(self, node_id: str) -> dict | None:
-        launch = self._launch.get(node_id)
+        launch = self.launch(node_id)
         return None if launch is None else {"py_executable": py_executable(launch)}
 
     def settled(self, node_id: str) -> bool:
@@ -141,7 +138,7 @@ class ForkServers:
         """The hosts a predecessor of this prefix left (a control plane that crashed)."""
         import ray
 
-        prefix = f"fork-server-{self.name_prefix}-"
+        prefix = self.host_name("")  # every node's host name begins so
         for name in ray.util.list_named_actors():
             if name.startswith(prefix):
                 try:

@@ -39,7 +39,8 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass
-from typing import cast
+
+from workers.fork_exec import encode, recv_exact
 
 MAX_REQUEST = 1 << 20  # argv + environment: far below this
 STREAMS = 3  # stdin, stdout, stderr: sent with every request
@@ -80,11 +81,6 @@ class Launch:
         runpy.run_path(script, run_name="__main__")
 
 
-def encode(message: dict) -> bytes:
-    body = json.dumps(message).encode()
-    return struct.pack("!I", len(body)) + body
-
-
 def _recv_request(conn: socket.socket) -> Launch:
     """The launcher's one request: a length-prefixed JSON body with its
     three standard streams attached (SCM_RIGHTS)."""
@@ -100,12 +96,9 @@ def _recv_request(conn: socket.socket) -> Launch:
     (size,) = struct.unpack("!I", data)
     if size > MAX_REQUEST:
         raise ValueError(f"a launch request of {size} bytes")
-    body = b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            raise ValueError("the launcher hung up mid-request")
-        body += chunk
+    body = recv_exact(conn, size)
+    if body is None:
+        raise ValueError("the launcher hung up mid-request")
     request = json.loads(body)
     return Launch(argv=list(request["argv"]), env=dict(request["env"]), cwd=str(request["cwd"]),
                   fds=list(fds))
@@ -116,9 +109,9 @@ class ForkServer:
 
     def __init__(self, path: str):
         self.path = path
-        # child pid -> its launcher's connection (_Closed once the launcher has gone)
-        self._children: dict[int, socket.socket | _Closed] = {}
-        self._pid_of: dict[socket.socket, int] = {}
+        # child pid -> its launcher's connection, while both are there (the connection's
+        # selector key carries the pid back)
+        self._children: dict[int, socket.socket] = {}
 
     def serve(self) -> Launch:
         """Serve until a fork: returns in the child (what it is to become);
@@ -155,17 +148,17 @@ class ForkServer:
                     if launch is not None:  # the child: leave the server's world behind
                         signal.set_wakeup_fd(-1)
                         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                        for fd in (listener.fileno(), wake_r, wake_w):
+                        for fd in (wake_r, wake_w):
                             os.close(fd)
-                        for other in list(self._pid_of):
+                        for other in (listener, *self._children.values()):
                             other.close()
                         selector.close()
                         return launch
                 elif key.data == "child":
                     os.read(wake_r, 4096)
                     self._reap(selector)
-                else:  # a launcher's connection: readable only at its end
-                    self._launcher_gone(cast(socket.socket, key.fileobj), selector)
+                else:  # a launcher's connection (data: its child's pid): readable only at its end
+                    self._launcher_gone(key.data, selector)
 
     def _launch(self, conn: socket.socket, selector: selectors.BaseSelector) -> Launch | None:
         conn.settimeout(REQUEST_TIMEOUT_S)  # a launcher that stalls mid-request stalls no other
@@ -184,9 +177,8 @@ class ForkServer:
         for fd in launch.fds:
             os.close(fd)
         self._children[pid] = conn
-        self._pid_of[conn] = pid
         conn.sendall(encode({"pid": pid}))
-        selector.register(conn, selectors.EVENT_READ, "launcher")
+        selector.register(conn, selectors.EVENT_READ, pid)
         return None
 
     def _reap(self, selector: selectors.BaseSelector) -> None:
@@ -198,35 +190,22 @@ class ForkServer:
             if pid == 0:
                 return
             conn = self._children.pop(pid, None)
-            if conn is None:
+            if conn is None:  # its launcher went first (_launcher_gone)
                 continue
-            if isinstance(conn, socket.socket) and self._pid_of.pop(conn, None) is not None:
-                selector.unregister(conn)
-            with contextlib.suppress(OSError):  # the launcher may be gone too
+            selector.unregister(conn)
+            with contextlib.suppress(OSError):  # the launcher may be ending too
                 conn.sendall(encode({"exit": os.waitstatus_to_exitcode(status)}))
             conn.close()
 
-    def _launcher_gone(self, conn: socket.socket, selector: selectors.BaseSelector) -> None:
+    def _launcher_gone(self, pid: int, selector: selectors.BaseSelector) -> None:
         """A launcher's connection became readable: it sends nothing after
-        its request, so this is its end (Ray killed it): so is its child's."""
+        its request, so this is its end (Ray killed it): so is its child's,
+        which `_reap` then reaps with no one to tell."""
+        conn = self._children.pop(pid)
         selector.unregister(conn)
-        pid = self._pid_of.pop(conn, None)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            # Reaped by _reap, which finds no connection to answer.
-            self._children[pid] = _Closed()
         conn.close()
-
-
-class _Closed:
-    """Stands in for a launcher's connection once it has gone."""
-
-    def sendall(self, data: bytes) -> None:
-        raise OSError("the launcher is gone")
-
-    def close(self) -> None:
-        pass
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> None:

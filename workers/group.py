@@ -318,14 +318,15 @@ class WorkerGroup:
         infos = []
         for rank in range(self.num_workers):
             bundle = self._gang.bundle_of_rank[rank]
-            actor = self.pool.take(nodes[bundle]) if self.pool and bundle in nodes else None
+            node = nodes.get(bundle)  # where Ray put the bundle (known only with a pool)
+            actor = self.pool.take(node) if self.pool and node else None
             if actor is not None:
                 self._actors.append(actor)  # ours from here: killed with the group
                 self.pooled_ranks.append(rank)
                 infos.append(actor.assign.remote(self.name_prefix or f"group-{id(self):x}", rank,
                                                  self.num_workers, threads, self.sigterm_grace_s))
                 continue
-            env = self.pool.runtime_env(nodes[bundle]) if self.pool and bundle in nodes else None
+            env = self.pool.runtime_env(node) if self.pool and node else None
             actor = start_rank_actor(
                 runtime_env=env,  # forked from the node's fork server, where it has one
                 num_cpus=self.cpus_per_worker,

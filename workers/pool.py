@@ -49,8 +49,8 @@ import uuid
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workers import fork_host
 from workers.fork_host import ForkServers
+from workers.fork_host import supported as fork_servers_supported
 from workers.rank_actor import RankActor
 
 logger = logging.getLogger(__name__)
@@ -76,9 +76,10 @@ class RankPool:
             raise ValueError(f"a pool's size is >= 0, got {size}")
         self.size, self.name_prefix, self.refill_delay_s = size, name_prefix, refill_delay_s
         # Each node's fork server (workers/fork_server.py): warm and cold CPU ranks fork from it.
-        if fork_server and not fork_host.supported():
+        if fork_server and not fork_servers_supported():
             logger.warning("this Ray has no runtime_env py_executable: no fork server, ranks start cold")
-        self.fork_servers = ForkServers(name_prefix) if fork_server and fork_host.supported() else None
+            fork_server = False
+        self.fork_servers = ForkServers(name_prefix) if fork_server else None
         self._lock = threading.Lock()
         self._warm: dict[str, list] = {}  # node id -> warm actors, oldest first
         self._starting: dict = {}  # preload ref -> (node id, actor)
@@ -131,6 +132,12 @@ class RankPool:
         """How many warm processes each node has now."""
         with self._lock:
             return {node: len(actors) for node, actors in self._warm.items()}
+
+    @property
+    def active(self) -> bool:
+        """Whether a group has anything to take from this pool: warm ranks, or
+        the fork servers its cold ranks start through."""
+        return self.size > 0 or self.fork_servers is not None
 
     def runtime_env(self, node_id: str) -> dict | None:
         """How a cold CPU rank on `node_id` starts through the node's fork
