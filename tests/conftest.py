@@ -26,6 +26,10 @@ def ray_cluster():
 
     context = ray.init(
         address="local",  # a cluster of our own: never attach to another's `ray start`
+        # A namespace of its own, as `brigade serve` has (service/ray_cluster.py): the pool's
+        # and groups' detached actors live in it (in an anonymous one the raylet warns of each,
+        # on the driver's stdout, which is a CLI's stdout to a test's CliRunner).
+        namespace="brigade-tests",
         num_cpus=RAY_CPUS,
         # The state API needs the dashboard: on loopback, at a port of its own
         # (another session's cluster may hold Ray's default one).

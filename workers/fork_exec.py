@@ -85,6 +85,20 @@ def _exit_like(code: int) -> None:
 
 def main(argv: list[str]) -> None:
     socket_path, worker_args = argv[0], argv[1:]
+    # Handlers first: the worker may run (and Ray may signal it) before the
+    # server's reply names it. A signal before then waits for the pid.
+    worker: list[int] = []
+    pending: list[int] = []
+
+    def forward(signum, _frame):
+        if not worker:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker[0], signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(socket_path)
@@ -97,16 +111,17 @@ def main(argv: list[str]) -> None:
         reply = None
     if not reply or "pid" not in reply:
         conn.close()
+        for signum in FORWARDED:
+            signal.signal(signum, signal.SIG_DFL)
+        if pending:  # told to stop before any worker ran: end as a cold one would have
+            os.kill(os.getpid(), pending[0])
         _exec_cold(worker_args)
         return
     pid = int(reply["pid"])
-
-    def forward(signum, _frame):
+    worker.append(pid)
+    for signum in pending:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
     # Until the server says how the worker ended; if the server itself goes
     # first, until the worker's pidfd says it has gone (its status unknown).
     pidfd = os.pidfd_open(pid)

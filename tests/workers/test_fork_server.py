@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,36 @@ def test_the_server_exits_once_its_host_is_gone_and_its_workers_live_on(worker_s
     launcher.send_signal(signal.SIGTERM)  # the launcher still forwards, and ends with it
     assert launcher.wait(timeout=30) == 1  # how the worker ended, only its parent knew
     assert wait_until(lambda: not _alive(worker), within_s=10)
+
+
+def test_a_signal_before_the_servers_reply_reaches_the_worker_once_it_is_named(worker_script, tmp_path):
+    """The window in which Ray may stop a worker the launcher cannot yet name:
+    this test is the server, and answers only after the launcher was signalled."""
+    import socket
+
+    from workers.fork_exec import encode, recv_exact
+
+    path = str(tmp_path / "slow.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    launcher = launch(path, worker_script, "wait", tmp_path)
+    conn, _ = listener.accept()
+    with conn, listener:
+        conn.settimeout(30)
+        data, ancdata, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))  # its length and streams
+        for _level, _kind, fds in ancdata:
+            for fd in memoryview(fds).cast("i"):
+                os.close(fd)
+        assert recv_exact(conn, int.from_bytes(data, "big")) is not None  # the rest of its request
+        worker = subprocess.Popen([sys.executable, str(worker_script), "wait"], stdout=subprocess.PIPE,
+                                  text=True)
+        json.loads(worker.stdout.readline())  # its handler is in place
+        time.sleep(0.5)  # the launcher has reached its wait for the reply
+        launcher.send_signal(signal.SIGTERM)  # before any reply: the launcher must hold it
+        time.sleep(0.5)
+        assert launcher.poll() is None
+        conn.sendall(encode({"pid": worker.pid}))
+        assert worker.wait(timeout=30) == 7  # the held SIGTERM reached the worker's handler
+        conn.sendall(encode({"exit": 7}))
+        assert launcher.wait(timeout=30) == 7
