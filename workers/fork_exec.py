@@ -119,9 +119,9 @@ def main(argv: list[str]) -> None:
         return
     pid = int(reply["pid"])
     worker.append(pid)
-    for signum in pending:
+    for held in pending:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+            os.kill(pid, held)
     # Until the server says how the worker ended; if the server itself goes
     # first, until the worker's pidfd says it has gone (its status unknown).
     pidfd = os.pidfd_open(pid)

@@ -11,6 +11,7 @@ from workers.spec import JobSpec
 
 if TYPE_CHECKING:
     from workers.group import WorkerGroup
+    from workers.pool import RankPool
 
 TINY_MODEL = {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32, "vocab_size": 256}
 
@@ -35,9 +36,11 @@ def engine_job(steps: int = 20, **sections) -> JobSpec:
 
 
 class Groups:
-    """One live group at a time (the cluster has 4 CPUs), reused across tests."""
+    """One live group at a time (the cluster has 4 CPUs), reused across tests;
+    its ranks forked from `pool`'s fork server (tests/conftest.py fork_pool)."""
 
-    def __init__(self):
+    def __init__(self, pool: RankPool | None = None):
+        self.pool = pool
         self.current: WorkerGroup | None = None
 
     def get(self, world_size: int) -> WorkerGroup:
@@ -45,7 +48,7 @@ class Groups:
             from workers.group import WorkerGroup
 
             self.close()
-            self.current = WorkerGroup(world_size).start()
+            self.current = WorkerGroup(world_size, pool=self.pool).start()
         return self.current
 
     def close(self):

@@ -99,8 +99,8 @@ def test_compressed_gradients_average_like_fsdp_with_and_without_replicas():
 
 
 @pytest.fixture(scope="module")
-def group(ray_cluster):
-    with WorkerGroup(2) as pair:
+def group(fork_pool):
+    with WorkerGroup(2, pool=fork_pool) as pair:
         yield pair
 
 

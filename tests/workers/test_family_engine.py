@@ -30,8 +30,8 @@ def losses(metrics):
 
 
 @pytest.fixture(scope="module")
-def groups():
-    pool = Groups()
+def groups(fork_pool):
+    pool = Groups(fork_pool)
     yield pool
     pool.close()
 

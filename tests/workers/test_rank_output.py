@@ -73,7 +73,7 @@ def test_keep_cuts_a_long_line_and_skips_ray_markers():
 
 
 @pytest.mark.ray
-def test_a_ranks_output_reaches_its_group(ray_cluster):
+def test_a_ranks_output_reaches_its_group(fork_pool):
     import ray
 
     from workers.group import WorkerGroup
@@ -84,7 +84,7 @@ def test_a_ranks_output_reaches_its_group(ray_cluster):
         print(text)
         warnings.warn(f"{text}, warned", stacklevel=1)  # to stderr, as torch's warnings go
 
-    with WorkerGroup(2, cpus_per_worker=0.5) as group:
+    with WorkerGroup(2, cpus_per_worker=0.5, pool=fork_pool) as group:
         ray.get([actor.__ray_call__.remote(_say, f"hello from {r}")
                  for r, actor in enumerate(group.actors)])
         deadline = time.monotonic() + 10

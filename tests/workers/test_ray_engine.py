@@ -22,8 +22,8 @@ def job(strategy: str, **sharding) -> dict:
 
 
 @pytest.fixture(scope="module")
-def groups():
-    pool = Groups()
+def groups(fork_pool):
+    pool = Groups(fork_pool)
     yield pool
     pool.close()
 

@@ -36,10 +36,10 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path):
+def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path, fork_pool):
     target = {"root": f"file://{tmp_path}/store", "tenant": "acme", "job": "j1", "secret": SECRET}
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    with WorkerGroup(2, name_prefix=prefix) as group:
+    with WorkerGroup(2, name_prefix=prefix, pool=fork_pool) as group:
         pids = [info["pid"] for info in group.node_infos]
         run = group.start_training(JOB, checkpoint=target)
         assert wait_until(lambda: len(run.progress()) >= 3, 120), "training never made a step"
@@ -59,7 +59,7 @@ def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path):
     assert [c.step for c in store.list_committed()] == [stopped]
 
     # A new group resumes at the stopped step: no step lost, the same curve, bitwise.
-    with WorkerGroup(2) as group:
+    with WorkerGroup(2, pool=fork_pool) as group:
         resumed = group.train(JOB, checkpoint=target)[0]
         straight = group.train(JOB)[0]
     assert resumed[0]["resumed_from"] == stopped
@@ -68,8 +68,8 @@ def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path):
     assert [m["loss"] for m in per_rank[0]] == [m["loss"] for m in straight[:stopped]]
 
 
-def test_sigterm_to_an_idle_rank_ends_it_as_ray_would():
-    with WorkerGroup(1) as group:
+def test_sigterm_to_an_idle_rank_ends_it_as_ray_would(fork_pool):
+    with WorkerGroup(1, pool=fork_pool) as group:
         pid = group.node_infos[0]["pid"]
         os.kill(pid, signal.SIGTERM)
         assert wait_until(lambda: not alive(pid), 30)

@@ -49,12 +49,12 @@ def reference() -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def four(target) -> dict:
+def four(target, fork_pool) -> dict:
     """World size 4: (dp 2, tp 2) straight, and HSDP x TP on a (replicate 2,
     shard 1, tp 2) mesh for 5 steps; saved at step 10; then (dp 4, tp 1) loads
     it (state digests) and resumes."""
     out = {}
-    with WorkerGroup(4, tp_size=2) as group:
+    with WorkerGroup(4, tp_size=2, pool=fork_pool) as group:
         out["straight"] = group.train(job(2))
         hybrid = {"sharding": {"strategy": "hybrid_shard", "shard_group_size": 1}}
         out["hybrid"] = group.train(job(2) | hybrid, stop_after=5)
@@ -68,11 +68,11 @@ def four(target) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two(four, target) -> dict:
+def two(four, target, fork_pool) -> dict:
     """World size 2: (dp 1, tp 2) straight, and with activation checkpointing;
     then it loads and resumes four's checkpoint."""
     out = {}
-    with WorkerGroup(2, tp_size=2) as group:
+    with WorkerGroup(2, tp_size=2, pool=fork_pool) as group:
         out["straight"] = group.train(job(2))
         out["recomputed"] = group.train(job(2) | {"sharding": {"activation_checkpointing": True}})
         assert group.train(job(2), checkpoint=target, stop_after=SAVED_AT) == [[]] * 2

@@ -66,10 +66,10 @@ def target(root, name: str) -> dict:
             "storage_options": {}}
 
 
-def test_a_job_trains_on_prepared_shards_and_resumes_at_other_sizes(prepared):
+def test_a_job_trains_on_prepared_shards_and_resumes_at_other_sizes(prepared, fork_pool):
     root, uri, _ = prepared
     spec = job(uri)
-    with WorkerGroup(2) as group:
+    with WorkerGroup(2, pool=fork_pool) as group:
         straight = group.train(spec)[0]
         for n in (1, 3):
             first = group.train(spec, checkpoint=target(root, f"ws{n}"), stop_after=10)[0]
@@ -80,7 +80,7 @@ def test_a_job_trains_on_prepared_shards_and_resumes_at_other_sizes(prepared):
     assert sorted(evals) == [10, 20, 30] and evals[30] < evals[10]
     assert all(m["data_wait_s"] < m["step_time_s"] for m in straight)
     for n in (1, 3):
-        with WorkerGroup(n) as group:
+        with WorkerGroup(n, pool=fork_pool) as group:
             if n == 1:  # the validation loss of the same weights at world size 1
                 alone = group.train(spec, stop_after=10)[0]
                 assert alone[-1]["eval_loss"] == pytest.approx(evals[10], rel=1e-5, abs=1e-5)
@@ -92,7 +92,7 @@ def test_a_job_trains_on_prepared_shards_and_resumes_at_other_sizes(prepared):
                 assert m["eval_loss"] == pytest.approx(evals[m["step"]], rel=1e-5), (n, m["step"])
 
 
-def test_a_shard_gone_after_submit_fails_the_ranks_as_permanent_naming_it(prepared, tmp_path):
+def test_a_shard_gone_after_submit_fails_the_ranks_as_permanent_naming_it(prepared, tmp_path, fork_pool):
     import shutil
 
     from service.lifecycle import GroupOutcome
@@ -103,7 +103,7 @@ def test_a_shard_gone_after_submit_fails_the_ranks_as_permanent_naming_it(prepar
     shutil.copytree(uri.removeprefix("file://"), broken)
     gone = index.shards[-1].file
     (broken / gone).unlink()
-    with WorkerGroup(1) as group, pytest.raises(RankFailedError) as caught:
+    with WorkerGroup(1, pool=fork_pool) as group, pytest.raises(RankFailedError) as caught:
         group.train(job(f"file://{broken}"))
     assert f"{gone}: shard missing" in str(caught.value)
     assert GroupOutcome.failed(caught.value).permanent  # FAILED at once, no restart spent
