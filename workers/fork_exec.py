@@ -114,14 +114,13 @@ def main(argv: list[str]) -> None:
         for signum in FORWARDED:
             signal.signal(signum, signal.SIG_DFL)
         if pending:  # told to stop before any worker ran: end as a cold one would have
-            os.kill(os.getpid(), pending[0])
+            _exit_like(-pending[0])
         _exec_cold(worker_args)
         return
     pid = int(reply["pid"])
     worker.append(pid)
     for held in pending:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, held)
+        forward(held, None)
     # Until the server says how the worker ended; if the server itself goes
     # first, until the worker's pidfd says it has gone (its status unknown).
     pidfd = os.pidfd_open(pid)

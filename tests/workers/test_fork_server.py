@@ -140,7 +140,8 @@ def test_a_signal_before_the_servers_reply_reaches_the_worker_once_it_is_named(w
     this test is the server, and answers only after the launcher was signalled."""
     import socket
 
-    from workers.fork_exec import encode, recv_exact
+    from workers.fork_exec import encode
+    from workers.fork_server import _recv_request
 
     path = str(tmp_path / "slow.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -150,11 +151,8 @@ def test_a_signal_before_the_servers_reply_reaches_the_worker_once_it_is_named(w
     conn, _ = listener.accept()
     with conn, listener:
         conn.settimeout(30)
-        data, ancdata, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))  # its length and streams
-        for _level, _kind, fds in ancdata:
-            for fd in memoryview(fds).cast("i"):
-                os.close(fd)
-        assert recv_exact(conn, int.from_bytes(data, "big")) is not None  # the rest of its request
+        for fd in _recv_request(conn).fds:  # read as the server reads it; its streams unused here
+            os.close(fd)
         worker = subprocess.Popen([sys.executable, str(worker_script), "wait"], stdout=subprocess.PIPE,
                                   text=True)
         json.loads(worker.stdout.readline())  # its handler is in place
