@@ -38,6 +38,10 @@ T = TypeVar("T")
 
 # Below this a thread hand-off costs more than hashing inline (~1 ms per MiB).
 BESIDE_MIN_BYTES = 1 << 20
+# `later`'s small blocks (a record's zip headers, its pickle: ~36 writes of 1-2,000 bytes each
+# per tensor) are queued for the digest's thread together once they add up to this: one
+# hand-off, not one per write.
+SMALL_BATCH_BYTES = 256 << 10
 _READ_CHUNK = 8 << 20
 
 
@@ -81,6 +85,7 @@ class Digest:
         self._hash = new_hash(algo)
         self.size = 0
         self._lane: _Lane | None = None  # the thread `later` queues blocks on
+        self._small = bytearray()  # small blocks for the lane, queued together once they add up
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
         view = _flat(data)
@@ -113,9 +118,17 @@ class Digest:
             self._lane = _Lane(self._hash)
         self.size += view.nbytes
         if view.nbytes < BESIDE_MIN_BYTES:
-            self._lane.put(bytes(view))
+            self._small += view  # copied: the caller may reuse its memory at once
+            if len(self._small) >= SMALL_BATCH_BYTES:
+                self._queue_small()
             return None
+        self._queue_small()
         return self._lane.put(view)
+
+    def _queue_small(self) -> None:
+        if self._small and self._lane is not None:
+            self._lane.put(self._small)  # the lane's now: a fresh one takes the next
+            self._small = bytearray()
 
     def wait(self, ticket: int | None) -> None:
         """Until the block `later` gave this ticket for is hashed (its memory free again)."""
@@ -125,6 +138,7 @@ class Digest:
     def entry(self) -> FileEntry:
         """The size and digest of everything fed so far (waits for `later`'s blocks)."""
         if self._lane is not None:
+            self._queue_small()
             self._lane.drain()
         return FileEntry(size=self.size, algo=self.algo, digest=self._hash.hexdigest())
 
