@@ -346,13 +346,10 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
                 evict(step_files(s))  # the first one's are already out: a no-op then
             dist.barrier()
             with read_ahead_off() if plain else contextlib.nullcontext():
-                took = load()
-            if plain:
-                row["load_cold_plain_s"] = took
-                phases.reset()
-            else:
-                row["load_cold_s"] = took
-                row["load_cold_phases"] = phases.reset()
+                row["load_cold_plain_s" if plain else "load_cold_s"] = load()
+            spent = phases.reset()
+            if not plain:
+                row["load_cold_phases"] = spent
         dist.barrier()
         if rank == 0:
             raw_file.unlink()
@@ -499,8 +496,9 @@ def report(results: list[dict], reps: int, world_sizes: str, png: str) -> str:
             plain = med(x["load_cold_plain_s"] for x in rows)
             ratio, best = ratios(rows, "load_cold_plain_s", "load_cold_s")
             lines.append(f"\nWorld size {r['world_size']}: the cold load without the read-ahead, in "
-                         f"the same repetitions, the two taking turns at going first: {plain:.2f} s (median); with / without, as speed: "
-                         f"{ratio:.2f}x (median of per-rep ratios), {best:.2f}x best / best.")
+                         f"the same repetitions, the two taking turns at going first: {plain:.2f} s "
+                         f"(median); with / without, as speed: {ratio:.2f}x (median of per-rep "
+                         f"ratios), {best:.2f}x best / best.")
 
     lines += ["", "### Async save: how long the train loop is held, against a memcpy of the state", "",
               "Stall: the `checkpoint_stall_s` that `TrainerCheckpoints.save(trainer, blocking=False)` "

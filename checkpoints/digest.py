@@ -88,13 +88,13 @@ class Digest:
         self._small = bytearray()  # small blocks for the lane, queued together once they add up
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
-        view = _flat(data)
+        view = byte_view(data)
         self._hash.update(view)
         self.size += view.nbytes
 
     def beside(self, data: bytes | bytearray | memoryview, io: Callable[[], T]) -> T:
         """Hash `data` while `io()` runs (it must leave `data` as it is); `io`'s result."""
-        view = _flat(data)
+        view = byte_view(data)
         if view.nbytes < BESIDE_MIN_BYTES:
             self.update(view)
             return io()
@@ -110,7 +110,7 @@ class Digest:
         returns at once. The caller must leave a large `data` as it is until
         `wait()` on what this returns (or `entry()`); a small one is copied
         (None is returned: nothing to wait for)."""
-        view = _flat(data)
+        view = byte_view(data)
         if self._lane is None:
             if view.nbytes < BESIDE_MIN_BYTES:
                 self.update(view)
@@ -193,6 +193,7 @@ class _Lane:
                     self._idle.notify_all()
 
 
-def _flat(data: bytes | bytearray | memoryview) -> memoryview:
+def byte_view(data: bytes | bytearray | memoryview) -> memoryview:
+    """`data` as a flat view of bytes (no copy)."""
     view = memoryview(data)
     return view if view.ndim == 1 and view.itemsize == 1 else view.cast("B")

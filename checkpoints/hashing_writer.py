@@ -25,7 +25,7 @@ import torch
 from torch.distributed.checkpoint._fsspec_filesystem import FileSystem, FsspecWriter
 
 from checkpoints import layout
-from checkpoints.digest import Digest
+from checkpoints.digest import Digest, byte_view
 from checkpoints.manifest import CHECKPOINT_DIGEST, FileEntry
 
 # Writes below this are gathered into one (see HashingStream).
@@ -64,7 +64,7 @@ class HashingStream(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         if view.nbytes < SMALL_WRITE_BYTES:
             self._small += view
             if len(self._small) >= SMALL_WRITE_BYTES:
@@ -104,8 +104,7 @@ class HashingStream(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             try:
-                self._write_small()
-                self.digest.entry()  # the tensors it reads from are alive until this returns
+                self.entry()  # the tensors it reads from are alive until this returns
             finally:
                 self.digest.close()
                 super().close()  # flushes the raw stream first

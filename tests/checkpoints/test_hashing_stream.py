@@ -18,7 +18,9 @@ from checkpoints.hashing_writer import SMALL_WRITE_BYTES, HashingStream
 class CountingFile(io.FileIO):
     """A real file that counts the writes that reach it."""
 
-    writes = 0
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes = 0
 
     def write(self, data) -> int:  # type: ignore[override]
         self.writes += 1
