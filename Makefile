@@ -31,7 +31,7 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak tests/soak
 
 # Style, likely bugs and import order (ruff), types (mypy), and who may import
-# whom (import-linter: DESIGN.md's layers; torch and ray out of the API process
+# whom (import-linter: the layers of docs/architecture.md; torch and ray out of the API process
 # and the CLI). All three run; the target fails if any of them did. Ruff's scope
 # (api, service, workers, checkpoints, tools) is `include` in pyproject.toml's [tool.ruff].
 lint: $(STAMP)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from service.log_text import printable
+from service.observability.log_text import printable
 
 
 class PrintableArgs(logging.Filter):

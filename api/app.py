@@ -15,7 +15,7 @@ from api.request_metrics import HTTP_METRICS, RequestMetrics
 from api.routes import audit, cluster, health, jobs, logs, tenants, usage
 from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
-from service.service_metrics import registry_for
+from service.observability.metrics import registry_for
 
 
 def create_app(supervisor) -> FastAPI:

@@ -91,7 +91,7 @@ def serve(
 
     from api.app import create_app
     from api.listener import SERVE_OPTIONS, bind_listener, url_of
-    from service import service_log
+    from service.observability import log_config as service_log
     from service.runtime import build_supervisor
     from service.settings import Settings
 

@@ -32,7 +32,7 @@ def train(
     try:
         spec = JobSpec.model_validate(raw)
         if spec.model.config_uri is not None:  # an operator's own file: no tenant prefix here
-            from workers.hf_config import resolve_config_uri
+            from workers.spec.hf_config import resolve_config_uri
 
             spec = resolve_config_uri(spec, spec.model.config_uri)
     except (ValidationError, SpecError) as e:
@@ -54,8 +54,8 @@ def _connect(address: str | None) -> None:
 
 
 def _run(spec: JobSpec, workers: int, cpus_per_worker: float) -> int:
-    from workers.errors import WorkerGroupError
-    from workers.group import WorkerGroup
+    from workers.cluster.errors import WorkerGroupError
+    from workers.cluster.group import WorkerGroup
     from workers.spec import SpecError, explain
 
     try:

@@ -25,7 +25,7 @@ from service.store.errors import (
     TenantExists,
     TenantNotFound,
 )
-from workers.errors import CapacityError
+from workers.cluster.errors import CapacityError
 from workers.spec import SpecError
 
 log = logging.getLogger("brigade.api")

@@ -114,7 +114,7 @@ class MetricRow(_Public):
     recovered_from: str | None = None  # "restart" | "preemption"
     recovery_s: float | None = None  # from the failure seen (or the notice) to this step's end
     lost_steps: int | None = None  # steps taken before the interruption and taken again
-    # ... and the seconds its start-up phases took, launch to this step's end (service/launch.py)
+    # ... and the seconds its start-up phases took, launch to this step's end (service/run/launch.py)
     startup: dict[str, float] | None = None
     wall_time: float | None = None  # when the step ended, Unix seconds (the ranks' clock)
     # data: how long the step waited for its batch (read ahead while the step before ran)

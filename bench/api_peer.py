@@ -67,7 +67,7 @@ class PeerServer:
     """`python -m bench.api_peer` in a subprocess, up until the context ends."""
 
     def __init__(self, database: Path, log: Path):
-        from workers.distributed import free_port
+        from workers.engine.distributed import free_port
 
         self.database, self.log = database, log
         self.port = free_port()

@@ -4,7 +4,7 @@ stall against a plain memcpy of the rank's state.
     .venv/bin/python -m bench.checkpoint [--reps 6] [--world-sizes 1,2]
 
 Each world size runs in its own spawned processes (a gloo group on 127.0.0.1,
-built as `workers.local` builds a world of one), training a GPT one step so
+built as `workers.engine.local` builds a world of one), training a GPT one step so
 that AdamW has its state, then, per repetition and interleaved so that the
 machine's noise hits both alike:
 
@@ -245,7 +245,7 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str, reps: int, re
     import torch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    from workers.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
+    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
 
     init_process_group(
         Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank, world_size=world_size,
@@ -264,9 +264,9 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
 
     from checkpoints import CheckpointTarget
     from checkpoints.stateful import ModelAndOptimizer
-    from workers.checkpointing import TrainerCheckpoints
+    from workers.engine.checkpointing import TrainerCheckpoints
     from workers.spec import JobSpec
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     spec = JobSpec.model_validate(job(world_size))
     trainer = Trainer(spec)
@@ -650,7 +650,7 @@ What is left, and why the goals are missed where they are:
 def run_world(world_size: int, reps: int) -> dict:
     import torch.multiprocessing as mp
 
-    from workers.distributed import free_port
+    from workers.engine.distributed import free_port
 
     workdir = Path(tempfile.mkdtemp(prefix=f"checkpoint-ws{world_size}-", dir=OUT))
     result = workdir / "result.json"

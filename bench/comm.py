@@ -18,9 +18,9 @@ import sys
 import ray
 
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
-from workers.comm import comm_theory_bytes
-from workers.compression import wire_bytes_per_value
-from workers.group import WorkerGroup
+from workers.engine.comm import comm_theory_bytes
+from workers.engine.compression import wire_bytes_per_value
+from workers.cluster.group import WorkerGroup
 from workers.spec import ModelSpec
 
 MODEL = {"n_layers": 4, "d_model": 128, "n_heads": 4, "seq_len": 64}
@@ -119,7 +119,7 @@ def section(results: dict, params: int, steps: int, png: str, sizes: tuple[int, 
         "warm-up steps (median step time). The load column is the 1-minute load average when "
         "each configuration finished.",
         "",
-        "Theory (`workers/comm.py`): full_shard (2 + R)(N-1)/N x S, shard_grad_op (1 + R)(N-1)/N x S, "
+        "Theory (`workers/engine/comm.py`): full_shard (2 + R)(N-1)/N x S, shard_grad_op (1 + R)(N-1)/N x S, "
         "no_shard 2(N-1)/N x S, where R is the reduce-scatter's wire bytes per fp32 byte: 1, "
         "bf16 1/2, int8 (1 + 4/256)/4 = 0.254 (a scale per 256 values). hybrid_shard (2 x 2): "
         "the same within a shard group plus an uncompressed all-reduce of the shard across groups.",

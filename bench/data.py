@@ -4,9 +4,9 @@ and `data prepare`'s throughput on Ray.
     .venv/bin/python -m bench.data [--quick] [--steps 40] [--text-mb 8]
 
 1. Data wait per step / step time: one process (world 1, gloo, as
-   `workers.local` runs) trains a GPT on a token set on file:// and on S3
+   `workers.engine.local` runs) trains a GPT on a token set on file:// and on S3
    (moto on 127.0.0.1, its options in BRIGADE_DATA_STORAGE_OPTIONS), the
-   next batch read ahead in a thread (workers/prefetch.py). The ratio is
+   next batch read ahead in a thread (workers/engine/prefetch.py). The ratio is
    sum(data_wait_s) / sum(step_time_s) over the steps after the first; beside
    it, what reading one batch takes without the read-ahead.
 2. RSS growth of a rank's reader (the source and read-ahead the trainer
@@ -74,11 +74,11 @@ def make_token_set(directory: Path, total_bytes: int, sparse: bool, vocab: int =
 
 def wait_run(uri: str, steps: int) -> dict:
     """Train `steps` steps on `uri` in this process; the wait and step times."""
-    from workers.data import RankBatches
+    from workers.engine.data import RankBatches
     from workers.datasets.sources import open_tokens
-    from workers.distributed import destroy_process_group, init_single_process
+    from workers.engine.distributed import destroy_process_group, init_single_process
     from workers.spec import JobSpec
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     spec = JobSpec.model_validate({
         "model": MODEL, "data": {"source": "tokens", "uri": uri},
@@ -131,9 +131,9 @@ def measure_wait(work: Path, steps: int) -> dict:
 
 READER = r"""
 import json, sys, resource
-from workers.data import RankBatches
+from workers.engine.data import RankBatches
 from workers.datasets.sources import open_tokens
-from workers.prefetch import BatchPrefetch
+from workers.engine.prefetch import BatchPrefetch
 from workers.spec import ModelSpec
 
 def status(key):

@@ -32,9 +32,9 @@ def run(raw: dict, checkpoint_root: str | None = None, stop_after: int | None = 
         job: str = "gpu-check") -> tuple[str, list[dict]]:
     """Train `raw` as a world of one; (backend, metrics per step)."""
     from checkpoints import CheckpointTarget
-    from workers.distributed import destroy_process_group, init_single_process
+    from workers.engine.distributed import destroy_process_group, init_single_process
     from workers.spec import JobSpec
-    from workers.trainer import train_rank
+    from workers.engine.trainer import train_rank
 
     backend = init_single_process(timeout_s=120)
     target = None

@@ -12,7 +12,7 @@ One process (a gloo world of one), each repetition interleaved so that the machi
    (the header reads, one ranged read per tensor straight into its local
    shard) against a raw read of the same files into buffers allocated
    beforehand; warm (page cache) and cold (the files' pages evicted);
-2. export: `workers.export.export_checkpoint` (verify the checkpoint's files
+2. export: `workers.engine.export.export_checkpoint` (verify the checkpoint's files
    against its manifest, one DCP load per tensor, the safetensors stream,
    config.json, the signed manifest) against a raw write of the export's
    byte count (4 MiB writes); both made durable (fdatasync) before the clock
@@ -57,7 +57,7 @@ def write_hf_dir(directory: Path, spec) -> int:
         shard_names,
         shard_plan,
     )
-    from workers.hf_format import hf_config, tensor_shapes
+    from workers.spec.hf_format import hf_config, tensor_shapes
 
     directory.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -130,11 +130,11 @@ def measure(workdir: Path, layers: int, reps: int) -> dict:
     from checkpoints import CheckpointTarget
     from checkpoints.checkpointer import Checkpointer
     from checkpoints.stateful import ModelOnly
-    from workers.distributed import LOOPBACK, open_store
-    from workers.export import export_checkpoint, export_request
-    from workers.init_weights import HuggingFaceWeights
+    from workers.engine.distributed import LOOPBACK, open_store
+    from workers.engine.export import export_checkpoint, export_request
+    from workers.engine.init_weights import HuggingFaceWeights
     from workers.models import build_model
-    from workers.sharding import build_mesh, shard_model
+    from workers.engine.sharding import build_mesh, shard_model
     from workers.spec import ModelSpec, ShardingSpec
 
     torch.distributed.init_process_group("gloo", store=open_store(LOOPBACK, 1, 600), rank=0,

@@ -19,7 +19,7 @@ more forward and backward so that every gradient exists, and each rank counts
   baseline comes after the imports, the process group and two steps of a
   one-layer Trainer (what a process allocates once, whatever its model:
   shown apart), so growth is what this model's training adds. It is held
-  against workers/memory.py's theory: 16 B/param / N + the largest FSDP unit
+  against workers/engine/memory.py's theory: 16 B/param / N + the largest FSDP unit
   gathered and its unsharded gradient + the activations autograd saves for
   the rank's micro-batch (counted on the whole model in this process). The
   phases' peaks (batch, forward, backward, optimizer step, zero_grad) come
@@ -27,7 +27,7 @@ more forward and backward so that every gradient exists, and each rank counts
   it is;
 - the build's peak RSS growth: the process's high-water mark (VmHWM, reset
   through /proc/self/clear_refs just before) over its RSS before the build,
-  once for the sharded build the engine does (workers/build.py: meta device,
+  once for the sharded build the engine does (workers/engine/build.py: meta device,
   fully_shard, to_empty, each parameter generated whole and cut to its
   shard), against 4 B/param / N (its fp32 shard) plus the largest FSDP unit
   (4 B/param of it); and once the way every rank built before: the whole
@@ -89,7 +89,7 @@ class PhaseProfile:
     clipping), the optimizer step, then zero_grad and the loss all-reduce."""
 
     def __init__(self):
-        from workers.memory import limit_allocator_slack
+        from workers.engine.memory import limit_allocator_slack
 
         limit_allocator_slack()  # as the Trainer will: the heaps' free memory given back first
         with open("/proc/self/clear_refs", "w") as f:
@@ -121,7 +121,7 @@ def one_off_growth(spec) -> int:
     outside "growth"; returned to be shown."""
     import gc
 
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     before = rss_bytes()
     tiny = spec.model_copy(update={"model": spec.model.model_copy(
@@ -142,9 +142,9 @@ def measure_build(spec, world_size: int, how: str) -> int:
 
     import torch
 
-    from workers.build import build_sharded
+    from workers.engine.build import build_sharded
     from workers.models import build_model
-    from workers.sharding import build_mesh, shard_model
+    from workers.engine.sharding import build_mesh, shard_model
 
     mesh = build_mesh(spec.sharding, world_size, "cpu")
 
@@ -184,9 +184,9 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, result: str,
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from workers.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
+    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.spec import JobSpec
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
                                   world_size=world_size, timeout_s=600))
@@ -247,7 +247,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, result: str,
 def run_world(world_size: int, model: dict, only_whole_build: bool = False) -> list[dict]:
     import torch.multiprocessing as mp
 
-    from workers.distributed import free_port
+    from workers.engine.distributed import free_port
 
     OUT.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"memory-ws{world_size}-", dir=OUT))
@@ -268,8 +268,8 @@ def add_args(parser) -> None:
 def activations(model: dict, sizes: list[int]) -> dict[int, int]:
     """The activation term at each N: what autograd saves in one forward of
     the rank's micro-batch (the largest share), counted on the whole model in
-    this process (workers/memory.py)."""
-    from workers.memory import saved_activation_bytes
+    this process (workers/engine/memory.py)."""
+    from workers.engine.memory import saved_activation_bytes
     from workers.spec import JobSpec
 
     spec = JobSpec.model_validate(job(model))
@@ -279,7 +279,7 @@ def activations(model: dict, sizes: list[int]) -> dict[int, int]:
 
 
 def run(args) -> Figure:
-    from workers.memory import MMAP_THRESHOLD_BYTES, peak_theory
+    from workers.engine.memory import MMAP_THRESHOLD_BYTES, peak_theory
     from workers.spec import JobSpec
 
     model = QUICK_MODEL if args.quick else MODEL
@@ -350,7 +350,7 @@ def run(args) -> Figure:
         "first ranks: hence max rank / theory slightly above 1 there, while the sum over ranks "
         "is 16 x P exactly.",
         "",
-        "**The peak against its theory** (workers/memory.py, `peak_theory`): 16 B x P / N + "
+        "**The peak against its theory** (workers/engine/memory.py, `peak_theory`): 16 B x P / N + "
         f"the largest FSDP unit ({unit:,} params, a block) gathered in fp32 and its unsharded "
         f"fp32 gradient, 2 x 4 B x {unit:,} = {peak[sizes[0]].unit_bytes / MB:.1f} MB "
         "(what any ZeRO-3 holds for the unit it computes; FSDP2's flat buffers for the "
@@ -404,7 +404,7 @@ def run(args) -> Figure:
         "keeps for reuse, among them every activation of d_model's width at these "
         "micro-batches; with FSDP2's buffers, that is what the peak has over its theory.",
         "",
-        "**The C allocator** (workers/memory.py, `limit_allocator_slack`, called as the "
+        "**The C allocator** (workers/engine/memory.py, `limit_allocator_slack`, called as the "
         "Trainer starts): glibc raises its mmap threshold to the largest block freed so far "
         "(up to 32 MiB), so after the first step the activations and gathered units lived in "
         "the heap, and what one step freed stayed there in pieces the next could not reuse: "
@@ -466,7 +466,7 @@ def build_table(results: dict, sizes: list[int], params: int) -> tuple[list[str]
     largest unit, beside the whole-model build it replaced."""
     unit = results[sizes[0]]["ranks"][0]["largest_unit"]
     lines = [
-        "**Building the model** (workers/build.py): each rank builds on the meta device, "
+        "**Building the model** (workers/engine/build.py): each rank builds on the meta device, "
         "`fully_shard`s, allocates only its own shards (`to_empty`) and fills them one "
         "parameter at a time (each generated whole from its own seeded generator, then cut to "
         "the rank's piece). Peak RSS growth per rank while building: the high-water mark "
@@ -501,7 +501,7 @@ def plot(results: dict, theory: dict, peak: dict, params: int, path) -> str:
     ax.plot(ns, [max(r["state_bytes"] for r in results[n]["ranks"]) / MB for n in ns], "o",
             color="tab:blue", label="sharded state, max rank (exact count)")
     ax.plot(ns, [peak[n] / MB for n in ns], "--", color="tab:green", marker="^",
-            label="16 B x P / N + the largest unit + activations (workers/memory.py)")
+            label="16 B x P / N + the largest unit + activations (workers/engine/memory.py)")
     growth = {n: [r["growth"] / MB for r in results[n]["ranks"]] for n in ns}
     med = [statistics.median(growth[n]) for n in ns]
     ax.errorbar(ns, med, yerr=[[m - min(growth[n]) for m, n in zip(med, ns, strict=True)],

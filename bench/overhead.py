@@ -43,11 +43,11 @@ def metrics_from(stdout: str) -> list[dict]:
 
 
 def run_local(config_path: str, workers: int) -> tuple[list[dict], float]:
-    cmd = [sys.executable, "-m", "workers.local", "--config", config_path]
+    cmd = [sys.executable, "-m", "workers.engine.local", "--config", config_path]
     if workers > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(workers),
                "--standalone",  # its store at a port the kernel picks as it binds
-               "-m", "workers.local", "--config", config_path]
+               "-m", "workers.engine.local", "--config", config_path]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=True)
     return metrics_from(out.stdout), time.perf_counter() - start

@@ -5,8 +5,8 @@ the engine imported, interleaved in one run.
     .venv/bin/python -m bench.rank_start [--reps 6]
 
 A local Ray cluster and a rank pool of size 0 (its fork server only:
-workers/fork_host.py). Each trial starts one rank actor as the worker group
-does (`workers.pool.start_rank_actor`), forked (through the server's
+workers/cluster/fork_host.py). Each trial starts one rank actor as the worker group
+does (`workers.cluster.pool.start_rank_actor`), forked (through the server's
 launcher: the runtime_env a cold CPU rank gets) or cold (as Ray starts any
 worker), and waits for its `preload` (torch and the engine imported). The
 CPU is the whole machine's (/proc/stat, user + system) from the actor's
@@ -46,7 +46,7 @@ def idle_rate(seconds: float) -> float:
 def trial(mode: str, pool, node: str, baseline: float) -> dict:
     import ray
 
-    from workers.pool import start_rank_actor
+    from workers.cluster.pool import start_rank_actor
 
     env = pool.runtime_env(node) if mode == "forked" else None
     cpu0, t0 = machine_cpu_s(), time.monotonic()
@@ -71,7 +71,7 @@ def add_args(parser) -> None:
 def run(args) -> Figure:
     import ray
 
-    from workers.pool import RankPool
+    from workers.cluster.pool import RankPool
 
     reps = args.reps or (2 if args.quick else 6)
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")

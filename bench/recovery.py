@@ -142,7 +142,7 @@ def run(args) -> Figure:
         "job's log minus the kill; the client saw it by polling the log every 0.1 s (next column). "
         "Detection = kill -> the RESTARTING event, relaunch = RESTARTING -> RUNNING (restart "
         "backoff 0.5 s, placement group, two rank processes from the warm pool "
-        "(`BRIGADE_RANK_POOL_SIZE`, workers/pool.py), process group), first step "
+        "(`BRIGADE_RANK_POOL_SIZE`, workers/cluster/pool.py), process group), first step "
         "= RUNNING -> first step line (model build, checkpoint load, the step; the runner "
         "records progress every 0.2 s).",
         "",

@@ -101,7 +101,7 @@ def run(args) -> Figure:
         f"({cap.free.cpu:g} of {cap.total.cpu:g} cpu, {cap.free.gpu:g} of {cap.total.gpu:g} gpu). "
         "Then the preemption policy's choice of victims for the waiting jobs it offers, until one "
         f"finds room. One process, {reps} repetitions, median and best. These are the calls the "
-        "supervisor's admission pass makes (`service/admission.py`); the pass also reads the "
+        "supervisor's admission pass makes (`service/run/scheduling_pass.py`); the pass also reads the "
         "store and Ray's capacity, which this figure leaves out.",
         "",
         "| queued jobs | start / wait | admit: median (ms) | best (ms) | preemption choice: median (ms) "

@@ -55,7 +55,7 @@ class BrigadeServer:
     def __init__(self, env: dict[str, str] | None = None, ray_cpus: int = 4):
         OUT.mkdir(parents=True, exist_ok=True)
         self.data_dir = Path(tempfile.mkdtemp(prefix="serve-", dir=OUT))
-        from workers.distributed import free_port
+        from workers.engine.distributed import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -94,7 +94,7 @@ class BrigadeServer:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        from service.ray_cluster import LocalRayCluster
+        from service.run.ray_cluster import LocalRayCluster
 
         LocalRayCluster(str(self.data_dir)).stop()  # in case the server could not
         shutil.rmtree(self.data_dir, ignore_errors=True)

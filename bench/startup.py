@@ -8,7 +8,7 @@ and idle before each trial): POST a 2-worker tiny GPT job over HTTP, then
 poll its log until the first step's line appears. The phases come from the
 API: admission (the STARTING event), the attempt's start-up phases (its
 first metrics row's `startup`: placement group, actors, torch import,
-process group, engine import, model build, first step; service/launch.py)
+process group, engine import, model build, first step; service/run/launch.py)
 and when the first step was visible (the log line's server time) and seen
 by the client.
 
@@ -40,7 +40,7 @@ BEFORE = (
     "Before the warm pool (this benchmark at commit 94f0b4f, 2 rounds, every rank started cold): "
     "Brigade 4.63 s vs TorchTrainer 12.12 s, 0.38x; of Brigade's, torch import 2.18 s, engine "
     "import 1.01 s, actors 0.47 s, model build 0.57 s, first step 0.26 s. The warm pool "
-    "(`BRIGADE_RANK_POOL_SIZE`, workers/pool.py) takes the imports and the actor start out of a "
+    "(`BRIGADE_RANK_POOL_SIZE`, workers/cluster/pool.py) takes the imports and the actor start out of a "
     "job's start-up; the model build (meta-device build, `fully_shard`, seeded init) is now the "
     "largest phase."
 )

@@ -1,5 +1,5 @@
 """Tensor parallelism, measured: TP's bytes per step against its formula
-(workers/tensor_parallel.py) and the whole step's against FSDP's plus TP's,
+(workers/engine/tensor_parallel.py) and the whole step's against FSDP's plus TP's,
 and steps/s at tp 1 vs tp 2 at world size 2.
 
     .venv/bin/python -m bench.tensor_parallel [--steps 10] [--world-sizes 2,4] [--rounds 3]
@@ -20,9 +20,9 @@ import sys
 import ray
 
 from bench.report import Figure, Goal, cli, load
-from workers.group import WorkerGroup
+from workers.cluster.group import WorkerGroup
 from workers.spec import JobSpec
-from workers.tensor_parallel import tp_comm_theory_bytes
+from workers.engine.tensor_parallel import tp_comm_theory_bytes
 
 MODEL = {"family": "llama", "n_layers": 4, "d_model": 256, "n_heads": 8, "n_kv_heads": 4,
          "ffn_dim": 688, "seq_len": 128, "vocab_size": 256}
@@ -114,7 +114,7 @@ def section(results: dict, steps: int, ratios: list[float]) -> str:
         "(median step time). The load column is the 1-minute load average when each layout "
         "finished.",
         "",
-        "TP formula (`workers/tensor_parallel.py`), per rank per step, n this rank's tokens, "
+        "TP formula (`workers/engine/tensor_parallel.py`), per rank per step, n this rank's tokens, "
         "e the activations' bytes per value, f = (T-1)/T: f n e ((8 + 3 ac) L d + 4 d + V) "
         "for the activations (4 collectives a block forward and backward, the vocabulary-split "
         "embedding and head) plus 2 f e d per norm for the replicated norms' gradients. "

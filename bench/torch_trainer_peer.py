@@ -7,7 +7,7 @@ One trial in this process: `ray.init` a local cluster (`--cpus` logical
 CPUs, no dashboard), let it settle (`--settle` s: Ray's prestarted idle
 workers are up, as on a cluster that has been up a while), then time
 `TorchTrainer(...).fit()` of 2 workers x 1 CPU on gloo. Each worker runs
-Brigade's own engine on the process group Ray Train made (`workers.trainer
+Brigade's own engine on the process group Ray Train made (`workers.engine.trainer
 .Trainer`: the same model build and step as a Brigade rank), takes one step
 and reports it with `ray.train.report`; rank 0 notes when its function began,
 the model was built, the step ended and the report returned. The result:
@@ -30,7 +30,7 @@ def train_func(config: dict) -> None:
     import torch.distributed as dist
 
     from workers.spec import JobSpec
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     trainer = Trainer(JobSpec.model_validate(config["spec"]))
     built = time.time()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.ray_cluster import LocalRayCluster, connect, disconnect
+from service.run.ray_cluster import LocalRayCluster, connect, disconnect
 from service.settings import Settings
 from service.store import JobStore
 from service.supervisor import Supervisor

@@ -38,9 +38,9 @@ class Settings(BaseSettings):
     poll_interval_s: float = 0.5  # how often the supervisor looks at its jobs
     pg_timeout_s: float = 30.0  # a hung collective fails after this
     # warm rank processes (torch imported) kept on each node for CPU jobs' next ranks, each
-    # used by one job only (workers/pool.py); 0: every rank starts cold
+    # used by one job only (workers/cluster/pool.py); 0: every rank starts cold
     rank_pool_size: int = Field(2, ge=0)
-    # each node's fork server (workers/fork_server.py): CPU ranks, warm or cold, are forked
+    # each node's fork server (workers/cluster/fork_server.py): CPU ranks, warm or cold, are forked
     # from a process that has imported torch and the engine, not started from scratch
     fork_server: bool = True
     # a failed job restarts after restart_backoff_s * 2**(restarts - 1) s, at most 10 s
@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets
     # fair share between tenants: what they held over this window counts; a job
     # just started is charged a typical run's length (the median of recent runs),
-    # or `fair_share_horizon_s` before any run has ended (see service.admission)
+    # or `fair_share_horizon_s` before any run has ended (see service.run.scheduling_pass)
     fair_share_window_s: float = Field(3600.0, gt=0)
     fair_share_horizon_s: float = Field(60.0, gt=0)
     max_body_bytes: int = 1 << 20
@@ -59,11 +59,11 @@ class Settings(BaseSettings):
     # finished jobs (their records, history and storage) are removed this many days after
     # they ended; None: kept until deleted
     job_retention_days: float | None = Field(None, gt=0)
-    # `brigade serve`'s logging (service.service_log): the level, and text or one JSON object a line
+    # `brigade serve`'s logging (service.observability.log_config): level, text or JSON lines
     log_level: str = Field("INFO", pattern="(?i)^(debug|info|warning|error|critical)$")
     log_format: str = Field("text", pattern="^(text|json)$")
     # an MLflow tracking server every job's metrics also go to (a run per job, an
-    # experiment per tenant: service.tracking); None: none
+    # experiment per tenant: service.observability.tracking); None: none
     mlflow_tracking_uri: str | None = None
     # exports (Hugging Face format): safetensors files are cut at this size; a job
     # that succeeds is exported at its final checkpoint in this dtype ("" : not)

@@ -1,5 +1,5 @@
 """The control plane: takes requests, runs the scheduling passes (priority,
-fair share, elastic sizing, preemption: `service.admission`), runs one
+fair share, elastic sizing, preemption: `service.run.scheduling_pass`), runs one
 `JobRunner` thread per active job, and on start reconciles the store with
 what is alive on Ray.
 
@@ -19,38 +19,38 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from checkpoints import CheckpointStore, CheckpointTarget
-from service import service_metrics
-from service.admission import Admission
-from service.exports import ExportService
-from service.fair_share_view import TenantShare, tenant_shares
-from service.init_source import resolve_init
-from service.job_data import check_job_data
-from service.launch import group_name, launch_group
-from service.lifecycle import GroupOutcome
-from service.log_text import printable
-from service.model_config import resolve_model
-from service.ray_cluster import (
+from service.intake.init_source import resolve_init
+from service.intake.job_data import check_job_data
+from service.intake.model_config import resolve_model
+from service.observability import metrics as service_metrics
+from service.observability.fair_share_view import TenantShare, tenant_shares
+from service.observability.log_config import job_fields
+from service.observability.log_text import printable
+from service.observability.tracking import JobTracking, MlflowRun, TensorBoardFiles
+from service.observability.usage import TenantUsage, usage_by_tenant
+from service.run.exports import ExportService
+from service.run.launch import group_name, launch_group
+from service.run.lifecycle import GroupOutcome
+from service.run.ray_cluster import (
     cluster_capacity,
     live_node_count,
     never_fits,
     run_export,
     worker_memory_bytes,
 )
-from service.runner import ControlPlane, JobRunner
+from service.run.runner import ControlPlane, JobRunner
+from service.run.scheduling_pass import Admission
 from service.scheduling import Demand, Resources, RestartPolicy
 from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
-from service.service_log import job_fields
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore, JobUnfinished, UnexpectedState
 from service.store.models import utcnow
 from service.store.tenants import ADMIN_TENANT
-from service.tracking import JobTracking, MlflowRun, TensorBoardFiles
-from service.usage import TenantUsage, usage_by_tenant
-from workers.errors import CapacityError, RankError, WorkerGroupError
-from workers.group import WorkerGroup
-from workers.pool import RankPool
+from workers.cluster.errors import CapacityError, RankError, WorkerGroupError
+from workers.cluster.group import WorkerGroup
+from workers.cluster.pool import RankPool
 from workers.spec import JobSpec, SpecError
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Supervisor:
             tracking=self.tracking_for,
         )
         self._restart_policy = RestartPolicy(base_backoff_s=settings.restart_backoff_s)
-        # Warm rank processes for the jobs' next ranks (workers/pool.py), named after the data
+        # Warm rank processes for the jobs' next ranks (workers/cluster/pool.py), named after the data
         # dir: a successor on the same store clears what this one leaves idle.
         self.rank_pool = RankPool(settings.rank_pool_size, name_prefix=pool_prefix(settings.data_dir),
                                   fork_server=settings.fork_server)
@@ -219,7 +219,7 @@ class Supervisor:
 
     def fair_shares(self) -> list[TenantShare]:
         """Each tenant's weight, entitled share, what it holds now and its
-        quota use (`service.fair_share_view`), as of the latest pass."""
+        quota use (`service.observability.fair_share_view`), as of the latest pass."""
         active = self.store.jobs_in_states(ACTIVE)
         return tenant_shares(
             self.store.tenants.list(), active, self.store.jobs_in_states([S.QUEUED]),
@@ -310,7 +310,7 @@ class Supervisor:
             self._wake.clear()
 
     def _admit(self) -> None:
-        """One scheduling pass (see `service.admission`): launch what it starts."""
+        """One scheduling pass (see `service.run.scheduling_pass`): launch what it starts."""
         with service_metrics.SCHEDULING_PASS.time():
             started = self.admission.run_pass()
         for job in started:

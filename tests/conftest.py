@@ -22,11 +22,11 @@ def ray_cluster():
     yields the `ray.init` context and shuts the cluster down at the end."""
     import ray
 
-    from workers.distributed import LOOPBACK, free_port
+    from workers.engine.distributed import LOOPBACK, free_port
 
     context = ray.init(
         address="local",  # a cluster of our own: never attach to another's `ray start`
-        # A namespace of its own, as `brigade serve` has (service/ray_cluster.py): the pool's
+        # A namespace of its own, as `brigade serve` has (service/run/ray_cluster.py): the pool's
         # and groups' detached actors live in it (in an anonymous one the raylet warns of each,
         # on the driver's stdout, which is a CLI's stdout to a test's CliRunner).
         namespace="brigade-tests",
@@ -48,10 +48,10 @@ def ray_cluster():
 def fork_pool(ray_cluster):
     """The session cluster's fork server, through a rank pool of no warm ranks:
     a group given `pool=fork_pool` forks its CPU ranks from it, as `brigade
-    serve`'s groups do (workers/fork_server.py)."""
+    serve`'s groups do (workers/cluster/fork_server.py)."""
     import uuid
 
-    from workers.pool import RankPool
+    from workers.cluster.pool import RankPool
 
     pool = RankPool(0, name_prefix=f"tests-{uuid.uuid4().hex[:8]}").start()
     assert pool.wait_warm(180), "the session's fork server did not come up"

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 MODULES = ["api.client", "api.cli", "api.app", "service", "service.supervisor",
-           "service.ray_cluster", "workers", "workers.spec", "workers.group", "checkpoints"]
+           "service.run.ray_cluster", "workers", "workers.spec", "workers.cluster.group", "checkpoints"]
 
 # Ray sets variables of its own when imported (RAY_CLIENT_MODE): it is
 # imported first, so what changes after is Brigade's doing.

@@ -1,6 +1,6 @@
 """import-linter contract types of our own (pyproject.toml, [tool.importlinter]).
 
-DESIGN.md: the API process starts without importing torch; the workers import it
+docs/architecture.md: the API process starts without importing torch; the workers import it
 inside the functions that run in the Ray actors. import-linter (grimp) counts an
 import inside a function body like one at the top of the module, so its
 `forbidden` contract would report every chain through such a deferred import.

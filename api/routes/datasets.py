@@ -15,7 +15,7 @@ from api.audit import Audit
 from api.deps import CurrentTenant, SupervisorDep
 from api.routes.jobs import ERRORS
 from api.schemas import JobPublic
-from service.dataset_jobs import prepare_job_spec
+from service.intake.dataset_jobs import prepare_job_spec
 from workers.spec import MAX_PRIORITY, MAX_WORKERS, NAME_PATTERN
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], responses=ERRORS)

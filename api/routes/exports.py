@@ -1,5 +1,5 @@
 """A job's exports: consolidated Hugging Face models of its committed
-checkpoints (`service.exports`). Ask for one, list the committed ones,
+checkpoints (`service.run.exports`). Ask for one, list the committed ones,
 download their files."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from api.errors import ApiError, not_found
 from api.routes.jobs import ERRORS
 from api.schemas import ExportCreate, ExportPublic, ExportStartedPublic
 from checkpoints.exports import parse_export_id
-from service.exports import ExportRefused
+from service.run.exports import ExportRefused
 from service.store.tenants import ADMIN_TENANT
 
 router = APIRouter(prefix="/v1/jobs", tags=["exports"], responses=ERRORS)

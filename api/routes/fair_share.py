@@ -1,5 +1,5 @@
 """Each tenant's fair share and quota use, as of the latest scheduling pass
-(`service.fair_share_view`): the admin sees every tenant, a tenant itself."""
+(`service.observability.fair_share_view`): the admin sees every tenant, a tenant itself."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from api.deps import StoreDep
 from api.errors import ApiError
 from api.schemas import ErrorPublic, HealthPublic
-from service.readiness import readiness_problems
+from service.observability.readiness import readiness_problems
 
 # The text format every Prometheus understands (what generate_latest writes).
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -33,5 +33,5 @@ def readyz(store: StoreDep) -> HealthPublic:
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {PROMETHEUS_TEXT: {}}, "description": "Prometheus text format"}})
 def prometheus_metrics(request: Request) -> Response:
-    """Brigade's metrics (`service.service_metrics`, `api.request_metrics`)."""
+    """Brigade's metrics (`service.observability.metrics`, `api.request_metrics`)."""
     return Response(generate_latest(request.app.state.metrics), media_type=PROMETHEUS_TEXT)

@@ -1,6 +1,6 @@
 """Restart after a failure: whether a job that lost its workers restarts from
 its latest checkpoint, after how long, or fails. The one restart policy: the
-job runner's decisions (`service.lifecycle`) and its wait before a restart
+job runner's decisions (`service.run.lifecycle`) and its wait before a restart
 both read it.
 
 The rule, in order:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from workers.placement import RESOURCE_EPS as EPS
+from workers.cluster.placement import RESOURCE_EPS as EPS
 from workers.spec import MAX_PRIORITY
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from checkpoints.manifest import finite
-from service.log_text import printable
+from service.observability.log_text import printable
 from service.scheduling import Demand, QuotaPolicy
 from service.states import ACTIVE, TERMINAL, JobState, check_transition
 from service.store.audit import AuditStore

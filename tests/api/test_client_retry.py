@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from api.client import BrigadeClient, BrigadeError, Retry
-from workers.distributed import free_port
+from workers.engine.distributed import free_port
 from workers.spec import JobSpec
 
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}

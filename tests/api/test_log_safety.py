@@ -8,7 +8,7 @@ import logging
 
 from api.access_log import PrintableArgs
 from api.cli import _admin_key_line
-from service.log_text import printable
+from service.observability.log_text import printable
 from service.settings import Settings
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from service.data_access import data_prefix
+from service.intake.data_access import data_prefix
 
 transformers = pytest.importorskip("transformers")
 

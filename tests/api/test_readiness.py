@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from service.readiness import _within
+from service.observability.readiness import _within
 from service.store import JobStore
 
 
@@ -29,7 +29,7 @@ def test_not_ready_while_the_store_cannot_be_reached(http, supervisor, monkeypat
 
 
 def test_ray_not_connected_is_said_in_words():
-    code = "from service.ray_cluster import ray_unready; print(ray_unready())"
+    code = "from service.run.ray_cluster import ray_unready; print(ray_unready())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "not connected to Ray", out.stderr
 

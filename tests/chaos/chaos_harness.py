@@ -187,7 +187,7 @@ class RayProbe:
         return self._ask(prefix)
 
     def assignments(self, prefix: str) -> dict[str, list | None | str]:
-        """Each alive actor of `prefix` (a rank pool's: workers/pool.py) and
+        """Each alive actor of `prefix` (a rank pool's: workers/cluster/pool.py) and
         what it answers to `assignment()`: [group, rank] once a group took it,
         None while idle, "no answer" where it did not answer within 5 s. A
         pooled rank keeps the pool's name, so its own answer is what ties it

@@ -24,7 +24,7 @@ from torch.distributed.tensor import DTensor
 from checkpoints import CheckpointStore
 from checkpoints.checkpointer import Checkpointer
 from checkpoints.stateful import ModelAndOptimizer
-from workers.distributed import LOOPBACK, open_store
+from workers.engine.distributed import LOOPBACK, open_store
 
 SECRET = b"brigade-test-secret"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from workers.distributed import free_port
+from workers.engine.distributed import free_port
 
 KEY = "e2e-admin-key-0123456789"
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
@@ -100,7 +100,7 @@ class Server:
                 self.proc.kill()
         self.http.close()
         if not self.ray_address:
-            from service.ray_cluster import LocalRayCluster
+            from service.run.ray_cluster import LocalRayCluster
 
             LocalRayCluster(str(self.data_dir)).stop()  # in case the server could not
 

@@ -60,7 +60,7 @@ def refused(response: httpx.Response, status: int, field: str | None, *words: st
 
 def brigades_logits(server: Server, job_id: str, spec: dict) -> torch.Tensor:
     """The job's final checkpoint in Brigade's own model (one process)."""
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     target = CheckpointTarget(root=f"file://{server.data_dir}/storage", tenant="admin",
                               job=job_id, secret=SECRET)

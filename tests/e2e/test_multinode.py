@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.serve_harness import Server, spec
-from workers.distributed import free_port
+from workers.engine.distributed import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE_START_TIMEOUT_S = 60
@@ -226,7 +226,7 @@ STEPS = 30
 CHECKPOINT = {"every_steps": 5, "keep_last": 2}
 REFERENCE = """\
 import json, sys
-from workers.local import run_single_process
+from workers.engine.local import run_single_process
 from workers.spec import JobSpec
 rows = run_single_process(JobSpec.model_validate(json.loads(sys.argv[1])))
 print(json.dumps({r["step"]: r["loss"] for r in rows}))

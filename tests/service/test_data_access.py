@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.data_access import DataUriRefused, check_data_uri, data_prefix
+from service.intake.data_access import DataUriRefused, check_data_uri, data_prefix
 from service.settings import Settings
 from workers.spec import SpecError
 

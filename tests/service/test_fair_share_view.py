@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.fair_share_view import tenant_shares
+from service.observability.fair_share_view import tenant_shares
 from service.scheduling import Resources
 from service.states import JobState
 from service.store.records import JobRecord, TenantRecord

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from store_harness import submit
 
-from service.admission import Admission
+from service.run.scheduling_pass import Admission
 from service.scheduling import Resources
-from service.service_history import spans_holding_workers
+from service.scheduling.service_history import spans_holding_workers
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S

@@ -1,14 +1,14 @@
-"""service.lifecycle.decide: every way a worker group can end, from made-up
+"""service.run.lifecycle.decide: every way a worker group can end, from made-up
 job facts, to the transition the runner records (no store, no Ray)."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.lifecycle import STAY, GroupOutcome, JobFacts, Outcome, decide, restart_at
+from service.run.lifecycle import STAY, GroupOutcome, JobFacts, Outcome, decide, restart_at
 from service.scheduling.restart import Failure, RestartPolicy
 from service.states import JobState as S
-from workers.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
+from workers.cluster.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
 
 CHECKPOINT = {"step": 20, "world_size": 2}
 NODES = [{"node_id": "n-a", "node_ip": "10.0.0.1"}, {"node_id": "n-b", "node_ip": "10.0.0.2"}]

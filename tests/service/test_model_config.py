@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from service.data_access import data_prefix
-from service.model_config import resolve_model
-from workers.hf_config import model_fields
+from service.intake.data_access import data_prefix
+from service.intake.model_config import resolve_model
+from workers.spec.hf_config import model_fields
 from workers.spec import JobSpec, SpecError
 
 transformers = pytest.importorskip("transformers")

@@ -3,9 +3,9 @@ the file, without spending a restart; any other failure still restarts."""
 
 from __future__ import annotations
 
-from service.lifecycle import GroupOutcome, JobFacts, Outcome, decide
+from service.run.lifecycle import GroupOutcome, JobFacts, Outcome, decide
 from service.states import JobState as S
-from workers.errors import RankFailedError
+from workers.cluster.errors import RankFailedError
 
 
 def test_bad_data_fails_the_job_without_a_restart():

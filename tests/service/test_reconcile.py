@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import ray
 
-from service.launch import group_name
+from service.run.launch import group_name
 from service.settings import Settings
 from service.states import JobState as S
 from service.store import JobStore
 from service.supervisor import Supervisor
-from workers.group import WorkerGroup
+from workers.cluster.group import WorkerGroup
 from workers.spec import JobSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]

@@ -1,4 +1,4 @@
-"""What an interruption cost (service/recovery.py): the recovery time and
+"""What an interruption cost (service/run/recovery.py): the recovery time and
 lost steps of the first step after a restart or a preemption. (Whether a
 failure restarts: tests/service/test_lifecycle.py.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.recovery import Interruption
+from service.run.recovery import Interruption
 from service.states import JobState as S
 
 

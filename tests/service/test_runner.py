@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from service.lifecycle import GroupOutcome
-from service.runner import ControlPlane, JobRunner
+from service.run.lifecycle import GroupOutcome
+from service.run.runner import ControlPlane, JobRunner
 from service.scheduling.restart import RestartPolicy
 from service.states import JobState as S
 from service.store import JobStore
-from workers.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
+from workers.cluster.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
 from workers.spec import JobSpec
 
 STEPS = 10  # the job's train.steps
@@ -123,7 +123,7 @@ class FakeCluster:
                 for row in last if row["step"] <= self.latest_step()]
 
     def launch(self, job):
-        """As `service.launch.launch_group` does: start, train, or say why not."""
+        """As `service.run.launch.launch_group` does: start, train, or say why not."""
         attempt = self.attempts.pop(0)
         failing = isinstance(attempt, WorkerGroupError)
         group = FakeGroup(self, [] if failing else attempt, stops_when_asked=self.stops_when_asked,

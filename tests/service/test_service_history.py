@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from service.service_history import ServiceHistory
+from service.scheduling.service_history import ServiceHistory
 from service.scheduling import (
     Capacity,
     Demand,

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from service import service_log
+from service.observability import log_config as service_log
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def records(stream: io.StringIO) -> list[dict]:
 
 def test_json_records_name_the_job_from_the_runners_context(captured):
     service_log.configure("info", "json", stream=captured)
-    log = logging.getLogger("service.runner")
+    log = logging.getLogger("service.run.runner")
 
     def runner():
         with service_log.about_job("j-1", "team-a"):
@@ -47,7 +47,7 @@ def test_json_records_name_the_job_from_the_runners_context(captured):
         log.exception("no job")
     first, second, third = records(captured)
     assert (first["job_id"], first["tenant"], first["level"]) == ("j-1", "team-a", "INFO")
-    assert first["message"] == "job j-1: RUNNING -> SUCCEEDED" and first["logger"] == "service.runner"
+    assert first["message"] == "job j-1: RUNNING -> SUCCEEDED" and first["logger"] == "service.run.runner"
     assert (second["job_id"], second["message"]) == ("j-2", "two\\nlines")
     assert "job_id" not in third and "ValueError: boom" in third["exception"]
 

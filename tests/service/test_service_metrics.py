@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from service import service_metrics as m
+from service.observability import metrics as m
 from service.states import JobState as S
 
 

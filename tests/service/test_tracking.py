@@ -9,7 +9,7 @@ import fsspec
 import pytest
 
 from service.states import JobState
-from service.tracking import JobTracking, MlflowRun, TensorBoardFiles
+from service.observability.tracking import JobTracking, MlflowRun, TensorBoardFiles
 
 ROWS = [{"step": s, "loss": 5.0 - s / 10, "lr": 1e-3 * s, "tokens_per_s": 100, "checkpoint_step": None,
          "comm_bytes_by_op": {"all_gather": 1}, "replayed": True} for s in (1, 2, 3)]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from service.states import JobState as S
 from service.store.records import EventRecord, JobRecord
-from service.usage import held_worker_seconds, usage_by_tenant
+from service.observability.usage import held_worker_seconds, usage_by_tenant
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SPEC = {"model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5},

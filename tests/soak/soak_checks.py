@@ -19,7 +19,7 @@ from tests.soak.soak_plan import CONFIGS, JobPlan
 ELASTIC_RTOL = 1e-4  # a resume at another world size: float round-off (as tests/e2e's elastic test)
 DISK_FULL = ("No space left on device", "unexpected pos")  # ENOSPC, or torch's short write
 RANK_ACTOR = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)-rank-(?P<rank>\d+)$")
-GROUP = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)$")  # service/launch.py group_name
+GROUP = re.compile(r"^brigade-(?P<job>j-[0-9a-f]+)-a(?P<attempt>\d+)$")  # service/run/launch.py group_name
 
 
 def ranks_on_ray(names: list[str], pooled: dict[str, list | None | str]) -> dict[str, dict[str, set[int]]]:

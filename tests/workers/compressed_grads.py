@@ -11,11 +11,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from workers.comm import CommCounter
-from workers.compression import compress_gradients
+from workers.engine.comm import CommCounter
+from workers.engine.compression import compress_gradients
 from workers.spec import ModelSpec, ShardingSpec
 from workers.models import build_model
-from workers.sharding import build_mesh, shard_model
+from workers.engine.sharding import build_mesh, shard_model
 
 MODEL = ModelSpec(n_layers=2, d_model=32, n_heads=4, seq_len=16)
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from workers.spec import JobSpec
 
 if TYPE_CHECKING:
-    from workers.group import WorkerGroup
-    from workers.pool import RankPool
+    from workers.cluster.group import WorkerGroup
+    from workers.cluster.pool import RankPool
 
 TINY_MODEL = {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32, "vocab_size": 256}
 
@@ -45,7 +45,7 @@ class Groups:
 
     def get(self, world_size: int) -> WorkerGroup:
         if self.current is None or self.current.num_workers != world_size:
-            from workers.group import WorkerGroup
+            from workers.cluster.group import WorkerGroup
 
             self.close()
             self.current = WorkerGroup(world_size, pool=self.pool).start()

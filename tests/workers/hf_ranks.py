@@ -48,8 +48,8 @@ def import_and_forward(rank: int, world_size: int, uri: str, out: str, tp: int =
     """Rank `rank` builds the sharded model (FSDP, or tensor parallel over
     `tp` ranks), fills its shards from `uri`, and writes its logits and how
     much it read."""
-    from workers.init_weights import HuggingFaceWeights
-    from workers.trainer import Trainer
+    from workers.engine.init_weights import HuggingFaceWeights
+    from workers.engine.trainer import Trainer
 
     trainer = Trainer(job_spec(parallelism={"tp": tp}, workers=world_size))
     source = HuggingFaceWeights(uri)
@@ -64,7 +64,7 @@ def import_and_forward(rank: int, world_size: int, uri: str, out: str, tp: int =
 def train_and_save(rank: int, world_size: int, root: str, out: str) -> None:
     """A source job trained 3 steps at this world size, checkpointed; rank 0
     writes the full parameters."""
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     target = CheckpointTarget(root=root, tenant="acme", job="source", secret=SECRET)
     trainer = Trainer(job_spec(checkpoint={"every_steps": 3}), target)

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from checkpoints import CheckpointTarget
-from workers.distributed import destroy_process_group, init_single_process
+from workers.engine.distributed import destroy_process_group, init_single_process
 from workers.spec import JobSpec
 
 SECRET = "carried-metrics-secret-0123456789abcdef"
@@ -37,7 +37,7 @@ def carried(target: CheckpointTarget, step: int) -> list[int]:
 
 
 def test_unacknowledged_rows_ride_in_each_checkpoint_and_come_back_at_resume(one_rank, tmp_path):
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     target = CheckpointTarget(root=f"file://{tmp_path}/store", tenant="acme", job="j1",
                               secret=SECRET)
@@ -59,7 +59,7 @@ def test_unacknowledged_rows_ride_in_each_checkpoint_and_come_back_at_resume(one
 
 
 def test_without_a_reader_that_acknowledges_a_checkpoint_carries_only_its_own_row(one_rank, tmp_path):
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     target = CheckpointTarget(root=f"file://{tmp_path}/store", tenant="acme", job="j2",
                               secret=SECRET)
@@ -68,7 +68,7 @@ def test_without_a_reader_that_acknowledges_a_checkpoint_carries_only_its_own_ro
 
 
 def test_a_row_that_is_not_json_is_carried_as_none():
-    from workers.checkpointing import _json_row
+    from workers.engine.checkpointing import _json_row
 
     row = _json_row({"step": 3, "loss": math.nan, "lr": 0.1, "exposed_comm_s": math.inf}, saved=3)
     assert row == {"step": 3, "loss": None, "lr": 0.1, "exposed_comm_s": None, "checkpoint_step": 3}

@@ -2,8 +2,8 @@
 
 import pytest
 
-from workers.comm import comm_theory_bytes
-from workers.trainer import lr_at
+from workers.engine.comm import comm_theory_bytes
+from workers.engine.trainer import lr_at
 from workers.spec import TrainSpec
 
 S = 1_000_000

@@ -1,4 +1,4 @@
-"""Compressed gradient reduce-scatter (workers/compression.py): what it puts on
+"""Compressed gradient reduce-scatter (workers/engine/compression.py): what it puts on
 the wire, that it averages as FSDP does, that error feedback loses nothing
 over time, and that training and resuming with it follow the plain curve."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.comm import CommCounter
-from workers.compression import BLOCK, CompressedReduceScatter, block_ids, int8_decode, int8_encode
-from workers.group import WorkerGroup
+from workers.engine.comm import CommCounter
+from workers.engine.compression import BLOCK, CompressedReduceScatter, block_ids, int8_decode, int8_encode
+from workers.cluster.group import WorkerGroup
 
 TINY = {"n_layers": 2, "d_model": 32, "n_heads": 4, "seq_len": 32}
 SECRET = "compression-test-secret-0123456789abcdef"

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from workers.spec import DataSpec, ModelSpec
-from workers.data import RankBatches, build_source, builtin_corpus
+from workers.engine.data import RankBatches, build_source, builtin_corpus
 
 MODEL = ModelSpec(seq_len=16)
 

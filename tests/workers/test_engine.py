@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.workers.engine_spec import engine_job, engine_spec
-from workers.local import run_single_process
+from workers.engine.local import run_single_process
 from workers.spec import JobSpec
 
 
@@ -68,7 +68,7 @@ def test_the_same_engine_runs_under_torchrun(reference, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--standalone",  # its store at a port the kernel picks as it binds
-         "-m", "workers.local", "--config", str(config)],
+         "-m", "workers.engine.local", "--config", str(config)],
         capture_output=True, text=True, timeout=180, env=env,
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -81,7 +81,7 @@ def test_local_runner_refuses_a_bad_spec_naming_the_field(tmp_path):
     config = tmp_path / "job.yaml"
     config.write_text(json.dumps(engine_spec(6)))
     out = subprocess.run(
-        [sys.executable, "-m", "workers.local", "--config", str(config),
+        [sys.executable, "-m", "workers.engine.local", "--config", str(config),
          "--set", "sharding.strategy=zero9", "--set", "train.global_batch_size=7"],
         capture_output=True, text=True, timeout=60,
     )

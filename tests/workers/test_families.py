@@ -13,12 +13,12 @@ import pytest
 from pydantic import ValidationError
 
 from tests.workers.engine_spec import engine_job
-from workers.families import ENTRY_POINT_GROUP, model_family, registered_families
+from workers.spec.families import ENTRY_POINT_GROUP, model_family, registered_families
 from workers.spec import JobSpec, ModelSpec
 
 OPERATOR_FAMILY = '''
 """An operator's family: torch-free here, the model in tinylm_model."""
-from workers.families import Family, ParamCount
+from workers.spec.families import Family, ParamCount
 
 def count(spec):
     d = spec.d_model
@@ -95,7 +95,7 @@ def test_a_field_the_family_does_not_read_is_refused():
 
 
 def test_an_operator_family_from_its_own_distribution_trains(operator_distribution):
-    from workers.local import run_single_process
+    from workers.engine.local import run_single_process
 
     assert "tinylm" in registered_families()
     job = engine_job(3, model={"family": "tinylm", "mlp_ratio": 2},

@@ -10,7 +10,7 @@ from typing import get_args
 import pytest
 
 from tests.workers.engine_spec import TINY_MODEL, Groups, engine_spec
-from workers.local import run_single_process
+from workers.engine.local import run_single_process
 from workers.spec import JobSpec, Strategy
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
@@ -50,8 +50,8 @@ def single_process():
 
 
 def digests_in_one_process(spec: dict) -> dict[str, str]:
-    from workers.distributed import destroy_process_group, init_single_process
-    from workers.trainer import Trainer
+    from workers.engine.distributed import destroy_process_group, init_single_process
+    from workers.engine.trainer import Trainer
 
     init_single_process()
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.waiting import wait_until
-from workers.fork_host import LAUNCHER
+from workers.cluster.fork_host import LAUNCHER
 
 # What Ray's default_worker.py is to a real launch: a script run as __main__.
 WORKER = textwrap.dedent("""
@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
 def server(tmp_path_factory):
     """One fork server for the module (its preload imports torch: seconds)."""
     path = str(tmp_path_factory.mktemp("fork") / "server.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "workers.fork_server", path])
+    proc = subprocess.Popen([sys.executable, "-m", "workers.cluster.fork_server", path])
     assert wait_until(lambda: os.path.exists(path) or proc.poll() is not None, within_s=120)
     assert proc.poll() is None, "the fork server exited at start"
     yield proc, path
@@ -117,7 +117,7 @@ def test_the_server_exits_once_its_host_is_gone_and_its_workers_live_on(worker_s
     path = str(tmp_path / "hosted.sock")
     host = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import subprocess, sys, time
-        server = subprocess.Popen([sys.executable, "-m", "workers.fork_server", {path!r}])
+        server = subprocess.Popen([sys.executable, "-m", "workers.cluster.fork_server", {path!r}])
         print(server.pid, flush=True)
         time.sleep(600)
     """)], stdout=subprocess.PIPE, text=True)
@@ -140,8 +140,8 @@ def test_a_signal_before_the_servers_reply_reaches_the_worker_once_it_is_named(w
     this test is the server, and answers only after the launcher was signalled."""
     import socket
 
-    from workers.fork_exec import encode
-    from workers.fork_server import _recv_request
+    from workers.cluster.fork_exec import encode
+    from workers.cluster.fork_server import _recv_request
 
     path = str(tmp_path / "slow.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

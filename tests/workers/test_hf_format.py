@@ -9,7 +9,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from workers.hf_format import (
+from workers.spec.hf_format import (
     NoHuggingFaceArchitecture,
     config_mismatch,
     hf_config,

@@ -45,7 +45,7 @@ def expected_logits(model) -> torch.Tensor:
 
 @pytest.mark.parametrize("shards", [None, "40KB"], ids=["single-file", "sharded-index"])
 def test_a_job_initialised_from_hugging_face_weights_has_their_logits(tmp_path, one_rank, shards):
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     theirs = hf_llama(tmp_path / "hf", max_shard_size=shards)
     if shards:
@@ -87,7 +87,7 @@ def test_tensor_parallel_ranks_read_their_rows_and_columns(tmp_path):
 def test_a_job_starts_from_another_jobs_checkpoint_resharded(tmp_path, one_rank):
     """Saved at world size 2, loaded at 1: the model is the source's; the
     optimizer and the data cursor start fresh."""
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     root = f"file://{tmp_path}/storage"
     dist.destroy_process_group()  # the ranks below make their own groups
@@ -109,8 +109,8 @@ def test_a_job_starts_from_another_jobs_checkpoint_resharded(tmp_path, one_rank)
 
 
 def test_an_export_loads_in_transformers_with_brigades_logits(tmp_path, one_rank):
-    from workers.export import export_checkpoint, export_request
-    from workers.trainer import Trainer
+    from workers.engine.export import export_checkpoint, export_request
+    from workers.engine.trainer import Trainer
 
     target = CheckpointTarget(root=f"file://{tmp_path}/storage", tenant="acme", job="j1",
                               secret=SECRET)
@@ -138,9 +138,9 @@ def test_import_and_export_through_s3(tmp_path, one_rank, moto_s3, s3_bucket):
     DCP's checkpoint, the export's streamed files and manifest."""
     import fsspec
 
-    from workers.export import export_checkpoint, export_request
-    from workers.init_weights import HuggingFaceWeights
-    from workers.trainer import Trainer
+    from workers.engine.export import export_checkpoint, export_request
+    from workers.engine.init_weights import HuggingFaceWeights
+    from workers.engine.trainer import Trainer
 
     root = f"s3://{s3_bucket}/hf-{os.getpid()}-{time.monotonic_ns()}"
     theirs = hf_llama(tmp_path / "hf")
@@ -165,7 +165,7 @@ def test_import_and_export_through_s3(tmp_path, one_rank, moto_s3, s3_bucket):
 
 KILLED_WRITER = """
 import sys, time, pathlib
-from workers.export import export_checkpoint
+from workers.engine.export import export_checkpoint
 request, flag = eval(sys.argv[1]), pathlib.Path(sys.argv[2])
 def stall(name):
     flag.write_text(name)
@@ -175,8 +175,8 @@ export_checkpoint(request, on_tensor=stall)
 
 
 def test_an_export_whose_writer_is_killed_midway_is_never_listed(tmp_path, one_rank):
-    from workers.export import export_request
-    from workers.trainer import Trainer
+    from workers.engine.export import export_request
+    from workers.engine.trainer import Trainer
 
     target = CheckpointTarget(root=f"file://{tmp_path}/storage", tenant="acme", job="j1",
                               secret=SECRET)

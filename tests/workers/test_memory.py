@@ -1,11 +1,11 @@
-"""A rank's memory theory (workers/memory.py), in one process, no group."""
+"""A rank's memory theory (workers/engine/memory.py), in one process, no group."""
 
 import platform
 
 import pytest
 
 from tests.workers.engine_spec import TINY_MODEL, engine_job
-from workers.memory import limit_allocator_slack, peak_theory, saved_activation_bytes, unit_bytes
+from workers.engine.memory import limit_allocator_slack, peak_theory, saved_activation_bytes, unit_bytes
 
 
 def test_activations_are_counted_per_sequence_and_hold_the_blocks_saved_tensors():

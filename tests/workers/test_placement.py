@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.errors import CapacityError
-from workers.placement import check_capacity, gang_bundles
+from workers.cluster.errors import CapacityError
+from workers.cluster.placement import check_capacity, gang_bundles
 
 TWO_CPU_NODES = [{"CPU": 4.0}, {"CPU": 4.0}]
 MIXED = [{"CPU": 8.0}, {"CPU": 8.0, "GPU": 2.0}, {"CPU": 2.0, "GPU": 1.0}]

@@ -7,8 +7,8 @@ import pytest
 import ray
 
 from tests.workers.test_worker_group import assert_nothing_left, tiny_job, unique_prefix
-from workers.group import WorkerGroup
-from workers.pool import RankPool
+from workers.cluster.group import WorkerGroup
+from workers.cluster.pool import RankPool
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

@@ -15,14 +15,14 @@ import time
 
 import pytest
 
-from workers.rank_output import OutputCapture
+from workers.cluster.rank_output import OutputCapture
 
 
 def run_child(body: str) -> tuple[list[str], str, str]:
     """(what take() returned, the child's real stdout, its real stderr)."""
     code = textwrap.dedent(f"""
         import json, os, sys, time
-        from workers.rank_output import OutputCapture
+        from workers.cluster.rank_output import OutputCapture
         capture = OutputCapture(line_limit=50, buffer_lines=5, total_lines=8).start()
         {textwrap.indent(textwrap.dedent(body), '        ').strip()}
         sys.stdout.flush(); sys.stderr.flush()
@@ -76,7 +76,7 @@ def test_keep_cuts_a_long_line_and_skips_ray_markers():
 def test_a_ranks_output_reaches_its_group(fork_pool):
     import ray
 
-    from workers.group import WorkerGroup
+    from workers.cluster.group import WorkerGroup
 
     def _say(actor, text: str) -> None:  # defined here: shipped to the actor by value
         import warnings

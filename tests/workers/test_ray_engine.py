@@ -6,7 +6,7 @@ from typing import get_args
 import pytest
 
 from tests.workers.engine_spec import TINY_MODEL, Groups, engine_job, engine_spec
-from workers.local import run_single_process
+from workers.engine.local import run_single_process
 from workers.spec import Strategy
 
 STRATEGIES = get_args(Strategy)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from workers.distributed import LOOPBACK, Rendezvous, connect_store, open_store
+from workers.engine.distributed import LOOPBACK, Rendezvous, connect_store, open_store
 
 
 def own_address() -> str | None:
@@ -68,7 +68,7 @@ def test_a_peer_slower_to_start_than_the_collective_timeout_still_joins(tmp_path
 def test_a_peer_that_never_arrives_is_named_once_the_join_timeout_passes():
     from torch.distributed import DistStoreError
 
-    from workers.distributed import await_peers
+    from workers.engine.distributed import await_peers
 
     store = open_store(LOOPBACK, 3, timeout_s=30)
     rv = Rendezvous(master_addr=LOOPBACK, master_port=store.port, rank=0, world_size=3,
@@ -89,7 +89,7 @@ def _form_a_group_with_rank_1(tmp_path, *, timeout_s: float, join_timeout_s: flo
     script.write_text(textwrap.dedent(f"""
         import sys, time
         import torch, torch.distributed as dist
-        from workers.distributed import Rendezvous, connect_store, init_process_group
+        from workers.engine.distributed import Rendezvous, connect_store, init_process_group
         time.sleep({peer_late_s})
         rv = Rendezvous(master_addr="127.0.0.1", master_port=int(sys.argv[1]), rank=1,
                         world_size=2, timeout_s={timeout_s}, join_timeout_s={join_timeout_s})
@@ -100,7 +100,7 @@ def _form_a_group_with_rank_1(tmp_path, *, timeout_s: float, join_timeout_s: flo
     import torch
     import torch.distributed as dist
 
-    from workers.distributed import init_process_group
+    from workers.engine.distributed import init_process_group
 
     store = open_store(LOOPBACK, 2, timeout_s=timeout_s)
     peer = subprocess.Popen([sys.executable, str(script), str(store.port)], cwd=".")

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from tests.workers.engine_spec import engine_spec
-from workers.group import WorkerGroup
+from workers.cluster.group import WorkerGroup
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -74,7 +74,7 @@ def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_neve
     import time
 
     from checkpoints import CheckpointStore
-    from workers.errors import RankLostError
+    from workers.cluster.errors import RankLostError
 
     root = f"file://{tmp_path}/store"
     job_target = target((root, {}), "killed")

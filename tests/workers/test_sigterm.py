@@ -13,8 +13,8 @@ import pytest
 
 from checkpoints import CheckpointStore
 from tests.waiting import wait_until
-from workers.distributed import apply_watchdog_env, watchdog_env
-from workers.group import WorkerGroup
+from workers.engine.distributed import apply_watchdog_env, watchdog_env
+from workers.cluster.group import WorkerGroup
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

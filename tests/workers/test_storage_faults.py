@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints import CheckpointTarget
-from workers.distributed import destroy_process_group, init_single_process
+from workers.engine.distributed import destroy_process_group, init_single_process
 from workers.spec import JobSpec
 
 SECRET = "storage-fault-secret-0123456789abcdef"
@@ -53,7 +53,7 @@ class Outage:
 
 @pytest.mark.parametrize("async_save", [False, True], ids=["blocking", "async"])
 def test_saves_fail_while_the_storage_is_gone_and_training_goes_on(one_rank, tmp_path, async_save):
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     cfg = config(async_save)
     straight = Trainer(cfg).run()
@@ -98,7 +98,7 @@ def test_saves_fail_while_the_storage_is_gone_and_training_goes_on(one_rank, tmp
 def test_a_resume_passes_over_a_torn_step(one_rank, tmp_path):
     """A save cut short (files but no manifest: a rank killed mid-write) is
     never loaded; the resume takes the commit before it and clears it away."""
-    from workers.trainer import Trainer
+    from workers.engine.trainer import Trainer
 
     cfg = config(async_save=False)
     target = CheckpointTarget(root=f"file://{tmp_path}/store", tenant="acme", job="j1",

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from workers.group import WorkerGroup
-from workers.local import run_single_process
+from workers.cluster.group import WorkerGroup
+from workers.engine.local import run_single_process
 from workers.spec import JobSpec
-from workers.tensor_parallel import tp_comm_theory_bytes
+from workers.engine.tensor_parallel import tp_comm_theory_bytes
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from workers.families import model_family, registered_families
+from workers.spec.families import model_family, registered_families
 from workers.spec import JobSpec, ModelSpec, SpecError
-from workers.tensor_parallel import params_per_tp_rank, tp_comm_theory_bytes
+from workers.engine.tensor_parallel import params_per_tp_rank, tp_comm_theory_bytes
 
 LLAMA = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 8, "n_kv_heads": 4,
          "seq_len": 32, "vocab_size": 256, "ffn_dim": 96}

@@ -13,14 +13,14 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.state import list_actors, list_placement_groups
 
 from tests.waiting import wait_until
-from workers.errors import (
+from workers.cluster.errors import (
     CapacityError,
     PlacementTimeoutError,
     RankFailedError,
     RankLostError,
 )
-from workers.group import WorkerGroup
-from workers.rank_actor import RankActor
+from workers.cluster.group import WorkerGroup
+from workers.cluster.rank_actor import RankActor
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 
+from workers.cluster.errors import DataError
 from workers.datasets.index import DatasetIndex, join
-from workers.errors import DataError
 
 HASH_CHUNK = 4 << 20  # checksums are streamed in chunks of this
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from workers.cluster.errors import DataError
 from workers.datasets.index import (
     INDEX_FILE,
     TOKENIZER_FILE,
@@ -36,7 +37,6 @@ from workers.datasets.index import (
 )
 from workers.datasets.text import encode_documents, file_format, iter_documents
 from workers.datasets.tokenizer import eod_id, load_tokenizer, parse_tokenizer, vocab_size
-from workers.errors import DataError
 
 TOKENS_PER_SHARD = 1 << 24  # 32 MiB of uint16 ids
 EOD_TOKEN = "<|endoftext|>"

@@ -5,12 +5,12 @@ rank, after the checks a restart cannot fix (DataError, naming the file).
 
 from __future__ import annotations
 
+from workers.cluster.errors import DataError
 from workers.datasets.index import read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
 from workers.datasets.storage import data_storage_options
 from workers.datasets.text import TextSource
 from workers.datasets.token_shards import TokenShardSource, split_windows
-from workers.errors import DataError
 from workers.spec import DataSpec, EvalSpec, ModelSpec
 
 EVAL_SEED_SALT = 0x5EED_E7A1  # the held-out set's order is not the training order

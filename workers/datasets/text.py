@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from workers.cluster.errors import DataError
 from workers.datasets.order import mix64
 from workers.datasets.tokenizer import eod_id, load_tokenizer, vocab_size
-from workers.errors import DataError
 
 TEXT_MAX_BYTES = 64 << 20
 ENCODE_BATCH = 256  # documents a batch encode takes

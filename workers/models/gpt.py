@@ -65,7 +65,7 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.reset_parameters()
 
-    # The engine's view of a decoder (workers/sharding.py): embedding, blocks, head.
+    # The engine's view of a decoder (workers/engine/sharding.py): embedding, blocks, head.
     @property
     def embedding(self) -> nn.Module:
         return self.tok_emb
@@ -83,7 +83,7 @@ class GPT(nn.Module):
             nn.init.normal_(p, mean=0.0, std=std)
 
     def init_parameter(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
-        """`tensor`'s initial value as the full parameter `name` (workers/build.py):
+        """`tensor`'s initial value as the full parameter `name` (workers/engine/build.py):
         the same rule as `reset_parameters`, from the parameter's own generator."""
         if tensor.dim() >= 2:
             std = 0.02

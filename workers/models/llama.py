@@ -138,7 +138,7 @@ class Llama(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.reset_parameters()
 
-    # The engine's view of a decoder (workers/sharding.py): embedding, blocks, head.
+    # The engine's view of a decoder (workers/engine/sharding.py): embedding, blocks, head.
     @property
     def embedding(self) -> nn.Module:
         return self.model.embed_tokens
@@ -199,7 +199,7 @@ class Llama(nn.Module):
                 self.init_parameter(name, p.data, None)
 
     def init_parameter(self, name: str, tensor: torch.Tensor, generator: torch.Generator | None) -> None:
-        """`tensor`'s initial value as the full parameter `name` (workers/build.py
+        """`tensor`'s initial value as the full parameter `name` (workers/engine/build.py
         passes the parameter's own generator): Hugging Face's Llama init."""
         hf_init(name, tensor, generator)
 

@@ -1,6 +1,6 @@
 """A job, described once: what a tenant submits (`POST /v1/jobs`, `brigade
 submit`), what the store hands back, and what the engine reads (`brigade
-train`, `python -m workers.local`, the rank actors). Torch-free pydantic, in
+train`, `python -m workers.engine.local`, the rank actors). Torch-free pydantic, in
 the lowest layer that both the control plane and the engine import.
 
 Every default and every allowed value is written here and nowhere else.

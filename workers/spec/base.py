@@ -64,7 +64,7 @@ class Resources(_Section):
     cpu: Annotated[float, Field(gt=0, le=1024)] = 1.0
     gpu: Annotated[float, Field(ge=0, le=64)] = 0.0
     # one worker's memory (GB), what admission holds the model's sharded state
-    # against; unset: the cluster's smallest per-worker share (service/ray_cluster.py)
+    # against; unset: the cluster's smallest per-worker share (service/run/ray_cluster.py)
     memory_gb: Annotated[float, Field(gt=0, le=65536)] | None = None
 
 

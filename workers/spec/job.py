@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from workers.families import model_family
 from workers.spec.base import (
     BYTE_VOCAB,
     DEFAULT_MAX_RESTARTS,
@@ -24,6 +23,7 @@ from workers.spec.base import (
     refusal,
 )
 from workers.spec.data import TOKEN_DATA_FIELDS, TOKEN_SOURCES, DataSpec, EvalSpec, PrepareSpec
+from workers.spec.families import model_family
 from workers.spec.model import LLAMA_FIELDS, ModelSpec
 from workers.spec.training import (
     CheckpointSpec,
@@ -110,7 +110,7 @@ class JobSpec(_Section):
         if tp == 1:
             return
         if not m.family_spec.tensor_parallel:
-            from workers.families import registered_families
+            from workers.spec.families import registered_families
 
             planned = [n for n in registered_families() if model_family(n).tensor_parallel]
             raise refusal("parallelism.tp", f"parallelism.tp > 1 needs a model family with a "

@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from workers.families import OPTIONAL_FIELDS, Family, ParamCount, model_family
 from workers.spec.base import SpecError, _Section, refusal
+from workers.spec.families import OPTIONAL_FIELDS, Family, ParamCount, model_family
 
 # Fields only the Llama family reads (a family that does not read one refuses it).
 LLAMA_FIELDS = ("n_kv_heads", "ffn_dim", "rope_theta", "tie_embeddings", "norm_eps", "qkv_bias")
@@ -18,7 +18,7 @@ CONFIG_URI_FIELDS = frozenset({"config_uri", "seq_len"})
 
 
 class ModelSpec(_Section):
-    # a registered model family (workers/families.py: the `brigade.models` entry points)
+    # a registered model family (workers/spec/families.py: the `brigade.models` entry points)
     family: Annotated[str, Field(min_length=1, max_length=64)] = "gpt"
     n_layers: Annotated[int, Field(ge=1, le=512)] = 2
     d_model: Annotated[int, Field(ge=1, le=65536)] = 64
@@ -36,13 +36,13 @@ class ModelSpec(_Section):
     qkv_bias: bool = False  # llama: biases on q, k, v (Qwen2-style)
     # A Hugging Face config.json (Llama, Mistral, Qwen2) under the tenant's data
     # prefix: read at submit and resolved into the fields above
-    # (service/model_config.py); the stored spec holds the fields, not the URI.
+    # (service/intake/model_config.py); the stored spec holds the fields, not the URI.
     config_uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
 
     @field_validator("family")
     @classmethod
     def _registered(cls, value: str) -> str:
-        from workers.families import FamilyNotFound, model_family
+        from workers.spec.families import FamilyNotFound, model_family
 
         try:
             model_family(value)

@@ -63,7 +63,7 @@ class ShardingSpec(_Section):
     # hybrid_shard only: ranks per shard group (the replicate degree is world / this);
     # unset: world / its smallest prime factor
     shard_group_size: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
-    # the gradient reduce-scatter's wire format (workers/compression.py)
+    # the gradient reduce-scatter's wire format (workers/engine/compression.py)
     grad_compression: Compression = "none"
     # int8 only; off only to measure what the error feedback buys
     grad_error_feedback: bool = Field(True, json_schema_extra=OPERATOR_ONLY)

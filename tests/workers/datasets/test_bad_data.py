@@ -16,7 +16,7 @@ from workers.datasets.checks import check_job_data
 from workers.datasets.prepare import expand_inputs
 from workers.datasets.sources import token_source
 from workers.datasets.token_shards import TokenShardSource
-from workers.errors import DataError, is_permanent
+from workers.cluster.errors import DataError, is_permanent
 from workers.spec import JobSpec, SpecError
 
 

@@ -13,7 +13,7 @@ import pytest
 from tests.workers.datasets.corpus import write_inputs
 from tests.workers.engine_spec import engine_spec
 from workers.datasets.prepare import prepare
-from workers.group import WorkerGroup
+from workers.cluster.group import WorkerGroup
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -95,8 +95,8 @@ def test_a_job_trains_on_prepared_shards_and_resumes_at_other_sizes(prepared, fo
 def test_a_shard_gone_after_submit_fails_the_ranks_as_permanent_naming_it(prepared, tmp_path, fork_pool):
     import shutil
 
-    from service.lifecycle import GroupOutcome
-    from workers.errors import RankFailedError
+    from service.run.lifecycle import GroupOutcome
+    from workers.cluster.errors import RankFailedError
 
     root, uri, index = prepared
     broken = tmp_path / "broken"

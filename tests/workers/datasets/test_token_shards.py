@@ -8,10 +8,10 @@ import fsspec
 import numpy as np
 import pytest
 
-from workers.data import RankBatches
+from workers.engine.data import RankBatches
 from workers.datasets.index import read_index
 from workers.datasets.token_shards import TokenShardSource, split_windows
-from workers.prefetch import BatchPrefetch
+from workers.engine.prefetch import BatchPrefetch
 
 SEQ = 16
 
@@ -38,7 +38,7 @@ def test_a_sample_is_the_window_its_seed_and_index_name(dataset):
     assert len(index.shards) > 3 and index.dtype == "uint16"
     shards = all_ids(prefix, index)
     source = CountingReads(prefix, seed=7, seq_len=SEQ)
-    from workers.data import mix64
+    from workers.engine.data import mix64
 
     for i in range(50):
         shard, token = source.locate(mix64(7, i) % source.total_windows)

@@ -1,0 +1,75 @@
+"""A job's `init` checked at submit, from headers and records alone (no
+torch in the control plane), and fixed so that the job reads the same
+weights at every attempt:
+
+- `init.uri`: under the tenant's data prefix (422 at `init.uri` otherwise,
+  `service.intake.data_access`); a Hugging Face model directory whose safetensors
+  headers hold every parameter of the job's model with its shape, and
+  whose config.json agrees on what shapes cannot tell (rotary base, norm
+  epsilon, tied head): a mismatch is a 422 naming the tensor or the field.
+- `init.job`: one of the tenant's own jobs (another tenant's is a 404, as
+  everywhere), of the same model shapes, with a committed checkpoint at
+  `init.step`; an unset step becomes its latest committed one now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from checkpoints import CheckpointStore
+from checkpoints.safetensors_io import SafetensorsError, SafetensorsReader
+from service.intake.data_access import check_data_uri
+from service.store.errors import JobNotFound
+from workers.spec import JobSpec, SpecError
+from workers.spec.hf_format import config_mismatch, model_mismatch, weights_mismatch
+
+if TYPE_CHECKING:
+    from service.store import JobRecord, JobStore
+
+
+def resolve_init(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
+                 checkpoints_of: Callable[[JobRecord], CheckpointStore]) -> JobSpec:
+    """The spec with its `init` checked and fixed (its uri normalised, its step set)."""
+    init = spec.init
+    if init is None:
+        return spec
+    if init.uri is not None:
+        uri = check_data_uri(init.uri, tenant, data_root, field="init.uri")
+        check_weights(spec, uri)
+        return spec.model_copy(update={"init": init.model_copy(update={"uri": uri})})
+    assert init.job is not None
+    source = store.get_job(init.job, tenant=tenant)
+    if source is None:
+        raise JobNotFound(init.job)
+    why = model_mismatch(spec.model, source.spec.model)
+    if why is not None:
+        raise SpecError("init.job", f"init.job {init.job}: {why}")
+    committed = {c.step for c in checkpoints_of(source).list_committed()}
+    if not committed:
+        raise SpecError("init.job", f"init.job {init.job} has no committed checkpoint")
+    if init.step is None:
+        return spec.model_copy(update={"init": init.model_copy(update={"step": max(committed)})})
+    if init.step not in committed:
+        raise SpecError("init.step", f"init.step: job {init.job} has no committed checkpoint "
+                                     f"at step {init.step} (it has {sorted(committed)[-5:]})")
+    return spec
+
+
+def check_weights(spec: JobSpec, uri: str) -> None:
+    """The model directory at `uri` fits the job's model (SpecError naming what does not)."""
+    try:
+        reader = SafetensorsReader(uri)
+        config = reader.config()
+    except FileNotFoundError as e:
+        raise SpecError("init.uri", f"init.uri: {uri} has no such file ({e.args[0] if e.args else e})"
+                        ) from None
+    except (SafetensorsError, OSError) as e:
+        raise SpecError("init.uri", f"init.uri: {e}") from None
+    found = {name: info.shape for name, info in reader.tensors.items()}
+    problem = weights_mismatch(spec.model, found)
+    if problem is not None:
+        raise SpecError("init.uri", f"init.uri: {problem[1]}")
+    field_problem = config_mismatch(spec.model, config)
+    if field_problem is not None:
+        raise SpecError(field_problem[0], f"init.uri: {field_problem[1]}")

@@ -1,0 +1,25 @@
+"""`model: {config_uri: ...}` resolved at submit: the Hugging Face config.json
+under the tenant's data prefix (any fsspec scheme; `service.intake.data_access`)
+is read once and turned into the model's fields (`workers.spec.hf_config`), and
+the job is stored with those fields, not the URI: the engine never reads it,
+and a later change of the file changes no job.
+
+Refused with a 422 at `model.config_uri`: a URI outside the prefix, a file
+that is not there, not JSON or too large, and a model that Brigade's Llama
+cannot represent (the key is named); the resolved model is then checked
+like any other (e.g. `sharding.blocks_per_unit` against its layers).
+"""
+
+from __future__ import annotations
+
+from service.intake.data_access import check_data_uri
+from workers.spec import JobSpec
+from workers.spec.hf_config import FIELD, resolve_config_uri
+
+
+def resolve_model(spec: JobSpec, tenant: str, data_root: str) -> JobSpec:
+    """`spec` with its model read from `model.config_uri` (unchanged without one)."""
+    uri = spec.model.config_uri
+    if uri is None:
+        return spec
+    return resolve_config_uri(spec, check_data_uri(uri, tenant, data_root, field=FIELD))

@@ -1,0 +1,92 @@
+"""Where a job runner meets its worker group: the control plane's `launch`
+for a job's attempt (a `WorkerGroup`, started and training). A test hands the
+runner a fake instead (tests/service/test_runner.py).
+
+A group is detached and named by (job, attempt), so that a control plane
+that restarts finds it again by name (`Supervisor.reconcile`).
+
+An attempt's start-up, phase by phase (`startup_phases`), goes on its first
+metrics row (`startup`) and into its log: where the seconds from launch to
+the first step went.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service.run.lifecycle import GroupOutcome
+from workers.cluster.errors import WorkerGroupError
+from workers.cluster.group import WorkerGroup
+
+if TYPE_CHECKING:
+    from service.store import JobRecord
+    from workers.cluster.pool import RankPool
+
+
+# The start-up's phases in the order they end, each (the timeline's key, what the log calls
+# it): a group's own (workers/cluster/group.py `startup`) and its slowest rank's (`RankActor.timeline`).
+# A phase over before the one ahead of it (torch imported in a pooled process) takes 0 s.
+STARTUP_PHASES = (
+    ("placement_ready", "placement group"),
+    ("actors_ready", "actors"),
+    ("torch_imported", "torch import"),
+    ("group_formed", "process group"),
+    ("engine_imported", "engine import"),
+    ("built", "model build"),
+    ("first_step", "first step"),
+)
+
+
+def startup_phases(timeline: dict[str, float], first_step_at: float) -> dict[str, float]:
+    """Seconds each start-up phase took, from the group's start to the first
+    step's end (`first_step_at`, epoch seconds), by the timeline's keys, and
+    "total"; empty without a timeline (a group reattached after a restart)."""
+    if "start" not in timeline:
+        return {}
+    times = {**timeline, "first_step": first_step_at}
+    phases, last = {}, timeline["start"]
+    for key, _ in STARTUP_PHASES:
+        if key in times:
+            phases[key] = max(0.0, times[key] - last)
+            last = max(last, times[key])
+    phases["total"] = max(0.0, first_step_at - timeline["start"])
+    return phases
+
+
+def startup_line(attempt: int, phases: dict[str, float]) -> str:
+    """The log's line for an attempt's start-up phases."""
+    parts = ", ".join(f"{label} {phases[key]:.2f} s" for key, label in STARTUP_PHASES
+                      if key in phases)
+    return f"start-up of attempt {attempt}: first step {phases['total']:.2f} s after its launch ({parts})"
+
+
+def group_name(job_id: str, attempt: int) -> str:
+    return f"brigade-{job_id}-a{attempt}"
+
+
+def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float,
+                 pool: RankPool | None = None) -> WorkerGroup | GroupOutcome:
+    """The job's current attempt (`job.workers` ranks), started and training
+    from its latest checkpoint under `checkpoint` (a `CheckpointTarget` as a
+    dict), its ranks' processes warm ones from `pool` where it has them; or
+    how its start failed, with nothing of it left on the cluster."""
+    assert job.workers is not None, "a job is launched at the size its admission or restart gave"
+    spec = job.spec
+    group = WorkerGroup(
+        job.workers,
+        cpus_per_worker=spec.resources_per_worker.cpu,
+        gpus_per_worker=spec.resources_per_worker.gpu,
+        name_prefix=group_name(job.id, job.attempt),
+        placement_strategy=spec.placement,
+        tp_size=spec.parallelism.tp,  # a TP group's ranks share a node where they can
+        detached=True,
+        pg_timeout_s=pg_timeout_s,
+        pool=pool,
+    )
+    try:
+        group.start()
+        group.start_training(spec, checkpoint=checkpoint)
+    except (WorkerGroupError, ValueError) as e:
+        group.shutdown()  # whatever of it started: no actor or bundle outlives the attempt
+        return GroupOutcome.start_failed(e, group.node_infos)
+    return group

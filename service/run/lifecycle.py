@@ -1,0 +1,257 @@
+"""What becomes of a job once its worker group has ended: one pure function,
+`decide`, from plain facts about the job (`JobFacts`) and a typed account of
+how its group ended (`GroupOutcome`) to the `Transition` to record.
+
+No Ray, no store, no clock: the job runner (service/run/runner.py) gathers the
+facts, asks, and carries the answer out, so that every ending is tested in
+microseconds (tests/service/test_lifecycle.py). The reasons are the events'
+and the errors' texts that users, the end-to-end and the chaos tests read.
+
+What a job asked to give its workers back gets:
+
+    CANCELLING           -> CANCELLED (whatever the group did)
+    SUSPENDING           -> SUSPENDED, checkpointed or not (a success still succeeds)
+    PREEMPTING           -> QUEUED, not counted as a failure (likewise)
+    RUNNING, SIGTERM     -> PREEMPTING -> QUEUED (a preemption, counted apart)
+
+and a group that failed, or stopped short of its steps unasked, restarts or
+fails by the one restart policy (service/scheduling/restart.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from service.scheduling.restart import Failure, RestartPolicy
+from service.states import JobState
+from service.states import JobState as S
+from workers.cluster.errors import PlacementTimeoutError, RankError, is_permanent
+from workers.spec import DEFAULT_MAX_RESTARTS
+
+if TYPE_CHECKING:
+    from service.store import JobRecord
+
+
+class Outcome(Enum):
+    FINISHED = "finished"  # every rank stopped on its own: all steps done, or checkpointed when asked
+    PREEMPTED = "preempted"  # every rank got SIGTERM (a preemption notice), checkpointed, stopped
+    FAILED = "failed"  # a rank failed or was lost, or the group stopped answering
+    KILLED = "killed"  # asked to stop, it did not within its grace period: killed
+    CANCELLED = "cancelled"  # its user cancelled it while it ran
+    START_FAILED = "start_failed"  # the group could not start
+    NO_CAPACITY = "no_capacity"  # the group's bundles were not all free in time
+    NO_GROUP = "no_group"  # between attempts: no group runs (a runner's first look)
+    CONTROL_PLANE_ERROR = "control_plane_error"  # a bug of ours: fail the job loudly
+
+    @property
+    def group_ran(self) -> bool:
+        """Whether a group ran or was started: only then does the decision
+        read the job's latest checkpoint and how many nodes the cluster has."""
+        return self not in (Outcome.NO_GROUP, Outcome.CONTROL_PLANE_ERROR)
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """How the job's worker group ended, as its runner saw it."""
+
+    kind: Outcome
+    error: str | None = None  # what went wrong, in words
+    rank: int | None = None  # the rank that failed, where known
+    node: str | None = None  # the node that rank ran on, where known
+    permanent: bool = False  # a fault a restart cannot fix (bad data): fail, do not restart
+
+    @classmethod
+    def failed(cls, error: Exception, node_infos: Sequence[dict] = ()) -> GroupOutcome:
+        """A running group that raised: a rank failed or was lost
+        (`RankError`), or the ranks did not answer (hung, stopped)."""
+        if isinstance(error, RankError):
+            return cls(Outcome.FAILED, str(error), error.rank, _node(node_infos, error.rank),
+                       is_permanent(str(error)))
+        return cls(Outcome.FAILED, f"worker group not answering: {error}")
+
+    @classmethod
+    def start_failed(cls, error: Exception, node_infos: Sequence[dict] = ()) -> GroupOutcome:
+        """A group whose start raised: no capacity in time (`PlacementTimeoutError`),
+        or any other reason it could not start."""
+        if isinstance(error, PlacementTimeoutError):
+            return cls(Outcome.NO_CAPACITY, str(error))
+        rank = error.rank if isinstance(error, RankError) else None
+        return cls(Outcome.START_FAILED, str(error), rank, _node(node_infos, rank),
+                   is_permanent(str(error)))
+
+
+def _node(node_infos: Sequence[dict], rank: int | None) -> str | None:
+    if rank is None or rank >= len(node_infos):
+        return None
+    return node_infos[rank].get("node_id") or node_infos[rank].get("node_ip")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFacts:
+    """What a decision reads of a job record."""
+
+    state: JobState
+    step: int = 0
+    total_steps: int
+    restarts: int = 0
+    preemptions: int = 0
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    workers: int | None = None
+    attempt: int = 0
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobFacts:
+        return cls(
+            state=job.state, step=job.step, total_steps=job.spec.train.steps, restarts=job.restarts,
+            preemptions=job.preemptions, max_restarts=job.spec.max_restarts, workers=job.workers,
+            attempt=job.attempt,
+        )
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What to record: move the job to `to` (None: nothing to record) with
+    `reason`, setting the store fields `fields` in the same write, after
+    `via` where the table of states wants one in between. Then launch a
+    group again after `backoff_s`, or stop (`launch`)."""
+
+    to: JobState | None
+    reason: str = ""
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    via: Transition | None = None
+    launch: bool = False
+    backoff_s: float = 0.0
+    failure: Failure | None = None  # the failure this counted, for the runner's history
+
+
+STAY = Transition(None)
+RELEASED = {S.PREEMPTING: (S.QUEUED, "requeued"), S.SUSPENDING: (S.SUSPENDED, "suspended"),
+            S.CANCELLING: (S.CANCELLED, "cancelled")}
+
+
+def decide(job: JobFacts, outcome: GroupOutcome, *, checkpoint: dict | None = None,
+           failures: Sequence[Failure] = (), multi_node: bool = False,
+           policy: RestartPolicy | None = None) -> Transition:
+    """The job's next state after `outcome`. `checkpoint`: its latest
+    committed one ({"step", "world_size"}), or None; `failures`: those its
+    runner saw before, oldest first (a runner started after a control-plane
+    restart saw none: the earlier ones still count, without a node);
+    `multi_node`: whether the cluster has more than one live node."""
+    policy = policy or RestartPolicy()
+    kind = outcome.kind
+    if job.state.is_terminal:
+        return STAY
+    if kind is Outcome.CONTROL_PLANE_ERROR:
+        return _fail(job, outcome.error or "control plane error")
+    if kind is Outcome.NO_GROUP:
+        return _between_attempts(job, policy)
+    if kind is Outcome.NO_CAPACITY:
+        if job.state is S.STARTING:
+            return Transition(S.QUEUED, f"capacity not available: {outcome.error}; requeued",
+                              {"workers": None})
+        return _released(job) or STAY
+    kept = {"latest_checkpoint": checkpoint} if checkpoint else {}
+    if job.state is S.CANCELLING or kind is Outcome.CANCELLED:
+        return Transition(S.CANCELLED, "cancelled; workers released")
+    if kind is Outcome.PREEMPTED:
+        return _preempted(job, outcome.error or "a rank got SIGTERM", kept)
+    if kind is Outcome.FINISHED:
+        if job.step >= job.total_steps and job.state in (S.RUNNING, S.SUSPENDING, S.PREEMPTING):
+            # Earlier attempts' errors stay in the job's events, not on a success.
+            return Transition(S.SUCCEEDED, f"all {job.step} steps done", {"error": None, **kept})
+        if job.state is S.SUSPENDING:
+            return Transition(S.SUSPENDED, f"checkpointed at step {job.step}; workers released",
+                              {"workers": None, **kept})
+        if job.state is S.PREEMPTING:
+            return Transition(S.QUEUED, f"checkpointed at step {job.step} and stopped: "
+                                        "preempted, requeued", {"workers": None, **kept})
+        # Stopped short without being asked: a failure.
+        return _restart_or_fail(job, Failure(f"ranks stopped at step {job.step}"), kept,
+                                failures, multi_node, policy)
+    error = f"could not start: {outcome.error}" if kind is Outcome.START_FAILED else outcome.error
+    resumes = (f"resumes from checkpoint step {checkpoint['step']}" if checkpoint
+               else "restarts from step 0 (no checkpoint yet)")
+    if job.state is S.SUSPENDING:
+        return Transition(S.SUSPENDED, f"stopped while suspending ({error}); {resumes}",
+                          {"workers": None, **kept})
+    if job.state is S.PREEMPTING:  # not the job's fault: not counted as a failure
+        return Transition(S.QUEUED, f"stopped while preempted ({error}); requeued, {resumes}",
+                          {"workers": None, **kept})
+    failure = Failure(error or "unknown failure", outcome.node, outcome.rank)
+    if outcome.permanent:  # bad data stays bad: no restart spent on it
+        return replace(_fail(job, f"{error} (not restarted: the data must be fixed)"),
+                       failure=failure)
+    return _restart_or_fail(job, failure, kept, failures, multi_node, policy)
+
+
+def restart_at(job: JobFacts, workers: int | None) -> Transition:
+    """A RESTARTING job whose backoff is over: its next attempt at `workers`,
+    the largest of its sizes that fits now (an elastic job shrinks after
+    losing a node), or, where none fits (None), back to the queue."""
+    if workers is None:
+        return Transition(S.QUEUED, "restart: not enough free capacity for any of its sizes; "
+                                    "requeued", {"workers": None})
+    resized = f" at {workers} workers (was {job.workers})" if workers != job.workers else ""
+    return Transition(S.STARTING, f"starting attempt {job.attempt + 1}{resized}",
+                      {"attempt": job.attempt + 1, "workers": workers}, launch=True)
+
+
+def _between_attempts(job: JobFacts, policy: RestartPolicy) -> Transition:
+    """No group runs: give back what is asked for, or launch (a RESTARTING
+    job after its backoff, also when a runner takes it up after a
+    control-plane restart)."""
+    if released := _released(job):
+        return released
+    if job.state is S.RESTARTING:
+        return Transition(None, launch=True, backoff_s=policy.backoff_s(job.restarts))
+    if job.state is S.STARTING:
+        return Transition(None, launch=True)
+    return STAY
+
+
+def _released(job: JobFacts) -> Transition | None:
+    """A job asked to give back workers it does not hold (preempted,
+    suspended or cancelled between attempts) goes straight on."""
+    if job.state not in RELEASED:
+        return None
+    target, what = RELEASED[job.state]
+    return Transition(target, f"{what} between attempts: no workers were running",
+                      {"workers": None})
+
+
+def _preempted(job: JobFacts, reason: str, kept: dict) -> Transition:
+    """Every rank checkpointed and stopped after a preemption notice
+    (SIGTERM): requeued, counted as a preemption, not a failure."""
+    if job.state is S.SUSPENDING:
+        return Transition(S.SUSPENDED, f"{reason}; suspended", {"workers": None, **kept})
+    requeued = Transition(S.QUEUED, f"{reason}: preempted, requeued", {"workers": None, **kept})
+    if job.state in (S.RUNNING, S.STARTING):  # the notice came before the scheduler's
+        noticed = Transition(S.PREEMPTING, reason, {"preemptions": job.preemptions + 1})
+        return replace(requeued, via=noticed)
+    return requeued
+
+
+def _restart_or_fail(job: JobFacts, failure: Failure, kept: dict, failures: Sequence[Failure],
+                     multi_node: bool, policy: RestartPolicy) -> Transition:
+    """After a failure: RESTARTING (launch again after the policy's backoff)
+    or FAILED: max_restarts, and on a cluster of several nodes no endless
+    failures on one node."""
+    if job.state not in (S.STARTING, S.RUNNING):
+        return _fail(job, f"{failure.error} (after {job.restarts} restarts)")
+    known = [*failures, failure][-(job.restarts + 1):]
+    earlier = [Failure(error="(an earlier failure)")] * (job.restarts + 1 - len(known))
+    decision = policy.decide(earlier + known, job.preemptions, job.max_restarts,
+                             multi_node=multi_node)
+    if not decision.restart:
+        return replace(_fail(job, decision.reason), failure=failure)
+    return Transition(S.RESTARTING, decision.reason,
+                      {"error": failure.error, "restarts": job.restarts + 1, **kept},
+                      launch=True, backoff_s=decision.backoff_s, failure=failure)
+
+
+def _fail(job: JobFacts, error: str) -> Transition:
+    target = S.CANCELLED if job.state is S.CANCELLING else S.FAILED
+    return Transition(target, error, {"error": error})

@@ -1,0 +1,368 @@
+"""One job's driver: a thread that launches (or reattaches to) the job's
+worker group, records its progress, carries out cancel and suspend, and
+records the next state that `service.run.lifecycle.decide` gives for how the
+group ended.
+
+It decides nothing itself and reaches for nothing: it is handed the store
+(the source of truth: requests from the API arrive as state changes,
+CANCELLING or SUSPENDING, that it sees at its next poll), `launch` (where the
+cluster begins: the supervisor's starts a Ray worker group, a test's a fake),
+the restart policy, and `ControlPlane`, the few questions it asks of the rest
+of the control plane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from service.observability import metrics as service_metrics
+from service.observability.log_config import about_job
+from service.run.launch import startup_line, startup_phases
+from service.run.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at
+from service.run.recovery import RECOVERY_FIELDS, Interruption
+from service.scheduling.restart import Failure, RestartPolicy
+from service.states import IllegalTransition
+from service.states import JobState as S
+from service.store.errors import JobNotFound, UnexpectedState
+from workers.cluster.errors import WorkerGroupError
+
+if TYPE_CHECKING:
+    from service.observability.tracking import JobTracking
+    from service.store import JobRecord, JobStore
+
+logger = logging.getLogger(__name__)
+SETTLE_TRIES = 5  # decisions in a row undone by the job moving meanwhile, before giving up
+
+
+class Group(Protocol):
+    """What a runner uses of a started worker group (`workers.cluster.group.WorkerGroup`)."""
+
+    node_infos: list[dict]  # per rank: node_id, node_ip, pid
+    backend: str | None
+
+    def progress(self, since: int = 0) -> list[dict]: ...
+    def output(self) -> list[list[str]]: ...  # each rank's stdout/stderr lines since the last call
+    def status(self) -> dict: ...
+    def startup(self) -> dict[str, float]: ...  # when each start-up phase ended ({}: not known)
+    def request_stop(self) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+# The job's current attempt started and training (`job.workers` ranks), or
+# how its start failed, with nothing of it left on the cluster.
+Launch = Callable[["JobRecord"], "Group | GroupOutcome"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlPlane:
+    """What a runner asks of the rest of the control plane."""
+
+    # The size a job that lost its workers restarts at, given the nodes its
+    # ranks ran on (those gone are left out); None: none fits now.
+    restart_size: Callable[[JobRecord, set[str]], int | None]
+    latest_checkpoint: Callable[[JobRecord], dict | None]  # {"step", "world_size"}, or None
+    grace_s: Callable[[JobRecord], float]  # how long a job asked to stop may take
+    live_nodes: Callable[[], int]  # the cluster's live nodes (the same-node rule needs > 1)
+    done: Callable[[str], None]  # the runner of this job id has ended
+    # the experiment trackers the job's metrics also go to (service.observability.tracking); None: none
+    tracking: Callable[[JobRecord], JobTracking | None] | None = None
+
+
+class JobRunner(threading.Thread):
+    def __init__(self, job_id: str, *, store: JobStore, launch: Launch, control: ControlPlane,
+                 policy: RestartPolicy, poll_interval_s: float, attached: Group | None = None):
+        super().__init__(name=f"runner-{job_id}", daemon=True)
+        self.job_id, self.store, self.launch, self.control = job_id, store, launch, control
+        self.policy, self.poll_interval_s = policy, poll_interval_s
+        self.group = attached
+        self.detach = threading.Event()  # the control plane is stopping: leave the group be
+        self._nodes: set[str] = set()  # where the last attempt's ranks ran
+        self._failures: list[Failure] = []  # those this runner saw, for the restart policy
+        self._interruption: Interruption | None = None  # what the running attempt recovers from
+        self._tracking: JobTracking | None = None  # made at the first rows
+        # Reattached: the attempt's rows are fetched again from its first, whose
+        # recovery figures (recorded by the runner before) must not be lost.
+        self._keep_recovery = attached is not None
+
+    # -- the life of one job --------------------------------------------------
+
+    def run(self) -> None:
+        job = None
+        with contextlib.suppress(Exception):  # the run itself says what is wrong with the store
+            job = self.store.get_job(self.job_id)
+        with about_job(self.job_id, job.tenant if job else None):  # its records name the job
+            try:
+                self._run()
+            finally:
+                self._end_tracking()
+
+    def _run(self) -> None:
+        try:
+            group, ended = self.group, GroupOutcome(Outcome.NO_GROUP)
+            while not self.detach.is_set():
+                if group is None:  # record what comes next, then launch or let go
+                    transition = self._settle(ended)
+                    if not transition.launch or self.detach.wait(transition.backoff_s):
+                        return
+                    started = self._start()
+                    if isinstance(started, GroupOutcome):
+                        ended = started
+                        continue
+                    group = self.group = started
+                watched = self._watch(group)
+                if watched is None or self.detach.is_set():
+                    return
+                ended = watched
+                if self._tracking is not None:  # the attempt's last rows out before its end is recorded
+                    self._tracking.flush(force=True)
+                self._nodes = {info["node_id"] for info in group.node_infos}
+                group.shutdown()
+                group = self.group = None
+        except Exception as e:  # a bug of ours: fail the job loudly, never leave it hanging
+            logger.exception("runner of job %s failed", self.job_id)
+            error = f"control plane error: {type(e).__name__}: {e}"
+            self._settle(GroupOutcome(Outcome.CONTROL_PLANE_ERROR, error))
+        finally:
+            if self.group is not None and not self.detach.is_set():
+                self.group.shutdown()
+            self.control.done(self.job_id)
+
+    def _start(self) -> Group | GroupOutcome:
+        """Launch the job's next attempt: its group, running, or how it did not start."""
+        job = self._job()
+        if job.state is S.RESTARTING:
+            transition = restart_at(JobFacts.of(job), self.control.restart_size(job, self._nodes))
+            try:
+                job = self._apply(transition, job)
+            except UnexpectedState:  # cancelled, suspended or preempted meanwhile
+                return GroupOutcome(Outcome.NO_GROUP)
+            if not transition.launch:  # back in the queue: the next look ends this runner
+                return GroupOutcome(Outcome.NO_GROUP)
+        self._interruption = Interruption.before(self.store, job)
+        started = self.launch(job)
+        if isinstance(started, GroupOutcome):
+            return started
+        # Cancelled or suspended while starting: the watch carries it out.
+        with contextlib.suppress(IllegalTransition):
+            self.store.transition(
+                self.job_id, S.RUNNING, expect=S.STARTING,
+                reason=f"worker group of {job.workers} ranks started (attempt {job.attempt}, "
+                       f"backend {started.backend})",
+            )
+        self.store.append_log(self.job_id, [
+            f"attempt {job.attempt}: {job.workers} ranks on "
+            f"{', '.join(sorted({i['node_ip'] for i in started.node_infos}))}, "
+            f"backend {started.backend}"
+        ])
+        return started
+
+    def _watch(self, group: Group) -> GroupOutcome | None:
+        """Poll the group until it ends, and say how (None: detached first).
+        A group asked to stop (preempted, suspended) that has not stopped
+        within its grace period is killed."""
+        seen, stop_sent, startup_due = 0, None, True
+        grace = self.control.grace_s(self._job())
+        while not self.detach.is_set():
+            try:
+                fetched = group.progress(seen)
+                if startup_due:  # the attempt's first new row: where its start-up went
+                    fetched, startup_due = self._note_startup(group, fetched)
+                seen += self._record(fetched)
+                self._record_output(group)  # before the status: a rank that failed said why
+                status = group.status()
+            except WorkerGroupError as e:  # a rank failed or was lost, or none answers (hung)
+                return GroupOutcome.failed(e, group.node_infos)
+            if status["state"] in ("done", "preempted"):
+                self._record(group.progress(seen))
+                self._record_output(group)
+                if status["state"] == "done":
+                    return GroupOutcome(Outcome.FINISHED)
+                return GroupOutcome(Outcome.PREEMPTED, status.get("reason"))
+            state = self._job().state
+            if state is S.CANCELLING:
+                return GroupOutcome(Outcome.CANCELLED)
+            if state in (S.SUSPENDING, S.PREEMPTING):
+                if stop_sent is None:
+                    group.request_stop()
+                    stop_sent = time.monotonic()
+                elif time.monotonic() - stop_sent > grace:
+                    return GroupOutcome(Outcome.KILLED, (
+                        f"did not checkpoint and stop within its grace period of {grace:g} s: "
+                        "ranks killed"))
+            self.detach.wait(self.poll_interval_s)
+        return None
+
+    # -- recording the decision -------------------------------------------------
+
+    def _settle(self, ended: GroupOutcome) -> Transition:
+        """Record the job's next state after `ended`, decided again where the
+        job moved meanwhile (cancelled, suspended, preempted)."""
+        for _ in range(SETTLE_TRIES - 1):
+            try:
+                return self._settle_once(ended)
+            except UnexpectedState:
+                continue
+        return self._settle_once(ended)
+
+    def _settle_once(self, ended: GroupOutcome) -> Transition:
+        job = self._job()
+        ran = ended.kind.group_ran
+        transition = decide(
+            JobFacts.of(job), ended, policy=self.policy, failures=self._failures,
+            checkpoint=self._latest_checkpoint(job) if ran else None,
+            multi_node=ran and self.control.live_nodes() > 1,
+        )
+        self._apply(transition, job)
+        if transition.failure is not None:
+            self._failures.append(transition.failure)
+        return transition
+
+    def _apply(self, transition: Transition, job: JobRecord) -> JobRecord:
+        """Carry `transition` out, each move expecting the state it was decided from."""
+        if transition.via is not None:
+            job = self._apply(transition.via, job)
+        if transition.to is None:
+            return job
+        moved = self.store.transition(self.job_id, transition.to, expect=job.state,
+                                      reason=transition.reason, **transition.fields)
+        logger.info("job %s: %s -> %s: %s", self.job_id, job.state.value, moved.state.value,
+                    transition.reason)
+        service_metrics.count_transition(moved.tenant, moved.state)
+        return moved
+
+    # -- progress -----------------------------------------------------------------
+
+    def _record(self, fetched: list[dict]) -> int:
+        """Record the rows fetched from the group; how many were fetched."""
+        if not fetched:
+            return 0
+        job = self._job()
+        rows = [row for row in fetched if not row.get("replayed")]
+        if len(rows) < len(fetched):
+            self._recover(job, [row for row in fetched if row.get("replayed")])
+        if not rows:
+            return len(fetched)
+        lines = []
+        if self._keep_recovery and "resumed_from" in rows[0]:
+            self._keep_recovery = False
+            rows = [{**rows[0], **self._recorded_recovery(rows[0]["step"])}, *rows[1:]]
+        if self._interruption is not None and "resumed_from" in rows[0]:
+            cost = self._interruption.measure(rows[0])
+            rows = [{**rows[0], **cost}, *rows[1:]]
+            service_metrics.observe_recovery(cost["recovered_from"], cost["recovery_s"])
+            self._interruption = None
+            lines.append(f"recovered from a {cost['recovered_from']} in {cost['recovery_s']:.1f} s "
+                         f"(to the first new step): resumed at step {rows[0]['resumed_from']}, "
+                         f"{cost['lost_steps']} steps lost")
+        self.store.record_metrics(self.job_id, job.attempt, rows)
+        service_metrics.observe_checkpoint_saves(rows)
+        self._track(job, rows)
+        fields: dict = {"step": rows[-1]["step"]}
+        if any("checkpoint_step" in r for r in rows):
+            checkpoint = self._latest_checkpoint(job)
+            if checkpoint is not None:
+                fields["latest_checkpoint"] = checkpoint
+        self.store.update_job(self.job_id, **fields)
+        total = job.spec.train.steps
+        for r in rows:
+            if "file" in r:  # a dataset's preparation: a step is a file
+                lines.append(f"file {r['step']}/{total} {r['file']}: {r['tokens']} tokens, "
+                             f"{r['documents']} documents, {r['tokens_per_s']:.0f} tok/s")
+                continue
+            lines.append(f"step {r['step']}/{total} loss {r['loss']:.4f} lr {r['lr']:.3g} "
+                         f"{r['tokens_per_s']:.0f} tok/s")
+            if r.get("eval_loss") is not None:
+                lines.append(f"step {r['step']}/{total} eval_loss {r['eval_loss']:.4f} "
+                             f"eval_perplexity {r['eval_perplexity']:.3f}")
+            if "checkpoint_error" in r:
+                lines.append(f"step {r['step']}: {r['checkpoint_error']} ({r['checkpoint_failures']} "
+                             "failed saves in this attempt); training goes on from the last "
+                             "committed checkpoint, and saves again at the next interval")
+        self.store.append_log(self.job_id, lines)
+        return len(fetched)
+
+    def _note_startup(self, group: Group, fetched: list[dict]) -> tuple[list[dict], bool]:
+        """The attempt's start-up phases on its first new row (`startup`) and
+        in its log; (the rows, whether that is still to do: no new row yet)."""
+        first = next((i for i, row in enumerate(fetched) if not row.get("replayed")), None)
+        if first is None:
+            return fetched, True
+        phases = startup_phases(group.startup(), fetched[first].get("wall_time", time.time()))
+        if phases:
+            self.store.append_log(self.job_id, [startup_line(self._job().attempt, phases)])
+            fetched = list(fetched)
+            fetched[first] = {**fetched[first], "startup": phases}
+        return fetched, False
+
+    def _track(self, job: JobRecord, rows: list[dict]) -> None:
+        """The rows to the job's experiment trackers (a failing one is left off, said in its log)."""
+        if self._tracking is None and self.control.tracking is not None:
+            self._tracking = self.control.tracking(job)
+        if self._tracking is None:
+            return
+        self._tracking.record(rows)
+        if self._tracking.problems:
+            self.store.append_log(self.job_id, self._tracking.problems)
+            self._tracking.problems = []
+
+    def _end_tracking(self) -> None:
+        if self._tracking is None:
+            return
+        try:
+            self._tracking.end(self._job().state)
+        except Exception:
+            logger.exception("job %s: ending its tracking", self.job_id)
+
+    def _record_output(self, group: Group) -> None:
+        """The ranks' own output (stdout, stderr) into the job's log, each
+        line marked with its rank (made printable and cut by the store)."""
+        lines = [f"rank {rank}: {line}" for rank, taken in enumerate(group.output())
+                 for line in taken]
+        if lines:
+            self.store.append_log(self.job_id, lines)
+
+    def _recover(self, job: JobRecord, carried: list[dict]) -> None:
+        """Rows a checkpoint carried (of steps its attempt took, up to the
+        step it saved) that were never read before that attempt's group
+        ended: record those the store does not have."""
+        first, last = carried[0]["step"], carried[-1]["step"]
+        have = {m["step"] for m in self.store.metrics(self.job_id, since_step=first,
+                                                         limit=last - first + 1)}
+        missing = [{k: v for k, v in row.items() if k != "replayed"}
+                   for row in carried if row["step"] not in have]
+        if last > job.step:  # the job got that far: an attempt resumed at its end steps no more
+            self.store.update_job(self.job_id, step=last)
+        if not missing:
+            return
+        self.store.record_metrics(self.job_id, job.attempt, missing)
+        steps = ", ".join(str(row["step"]) for row in missing)
+        self.store.append_log(self.job_id, [
+            f"steps {steps}: metrics recovered from the checkpoint (not read before the "
+            "previous attempt's group ended)"])
+
+    def _job(self) -> JobRecord:
+        job = self.store.get_job(self.job_id)
+        if job is None:
+            raise JobNotFound(self.job_id)
+        return job
+
+    def _recorded_recovery(self, step: int) -> dict:
+        stored = self.store.metrics(self.job_id, since_step=step, limit=1)
+        if not stored or stored[0]["step"] != step:
+            return {}
+        return {k: stored[0][k] for k in RECOVERY_FIELDS if k in stored[0]}
+
+    def _latest_checkpoint(self, job: JobRecord) -> dict | None:
+        """The newest committed checkpoint, or None (also where the storage
+        cannot be listed now: a fault there must not stop the job)."""
+        try:
+            return self.control.latest_checkpoint(job)
+        except Exception as e:
+            logger.warning("job %s: cannot list its checkpoints: %s", self.job_id, e)
+            return None

@@ -1,0 +1,224 @@
+"""Admission and preemption as the supervisor carries them out: read the
+queue, the active jobs, the tenants and the cluster into the scheduling
+views, ask the policies (`service.scheduling`), and act on what they decide:
+start the jobs admitted (QUEUED -> STARTING at the size chosen) and mark the
+victims of a preemption PREEMPTING, saying who preempted them and why.
+
+It also keeps each tenant's recent service for weighted fair share
+(`service.scheduling.service_history`), rebuilt from the job events when it starts, so
+that a control-plane restart does not forget who has had what.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Set
+from datetime import UTC, datetime
+
+from service.observability import metrics as service_metrics
+from service.run.ray_cluster import cluster_capacity, lost_nodes
+from service.scheduling import (
+    Capacity,
+    Demand,
+    PreemptionPolicy,
+    QueuedJob,
+    Resources,
+    RunningJob,
+    Scheduler,
+    TenantPolicy,
+)
+from service.scheduling.service_history import ServiceHistory, spans_holding_workers
+from service.settings import Settings
+from service.states import ACTIVE, IllegalTransition
+from service.states import JobState as S
+from service.store import JobRecord, JobStore
+from service.store.tenants import tenant_policy
+
+logger = logging.getLogger(__name__)
+
+LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING})
+
+
+class Admission:
+    """One pass at a time, from the supervisor's loop (never concurrently)."""
+
+    def __init__(self, settings: Settings, store: JobStore):
+        self.settings, self.store = settings, store
+        self.scheduler = Scheduler(horizon_s=settings.fair_share_horizon_s)
+        self.preemption = PreemptionPolicy()
+        self.history = ServiceHistory(settings.fair_share_window_s)
+        self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
+        self.service: dict[str, float] = {}  # tenant -> its fair-share service (the last pass)
+        # Per job, worked out once: what it asks for (its valid world sizes).
+        self._parsed: dict[str, Demand] = {}
+        self._parsed_lock = threading.Lock()
+        self._restore_history()
+
+    def _restore_history(self) -> None:
+        """What the jobs held within the fair-share window, from their events.
+        A job is taken to have held its latest size (or its smallest, when it
+        holds none now) throughout: the events do not record sizes."""
+        now = time.time()
+        since = datetime.fromtimestamp(now - self.settings.fair_share_window_s, UTC)
+        jobs = self.store.jobs_changed_since(since, ACTIVE)
+        events = self.store.events_of(job.id for job in jobs)
+        for job in jobs:
+            spans = spans_holding_workers(events.get(job.id, []), ACTIVE)
+            if not spans:
+                continue
+            demand = Demand.from_spec(job.spec, (job.workers,) if job.workers else None)
+            held = demand.at(min(demand.world_sizes, default=1))
+            for started, ended in spans:
+                self.history.restore(job.id, job.tenant, held, started, ended, now)
+
+    def run_pass(self) -> list[JobRecord]:
+        """Decide and act once; the jobs moved to STARTING, for the caller
+        to launch."""
+        now = time.time()
+        total = Resources(**cluster_capacity())
+        active = self.store.jobs_in_states(ACTIVE)
+        queued_records = self.store.jobs_in_states([S.QUEUED])
+        running = [self._running(job) for job in active]
+        held = Resources.total(job.holds for job in running)
+        capacity = Capacity(total=total, free=(total - held).at_least_zero())
+        self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
+        tenants = self._tenants(active + queued_records)
+        queued = {job.id: self._queued(job) for job in queued_records}
+        expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
+        self.scheduler.horizon_s = expected
+        owed = self.history.owed(total, now, expected)
+        decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity, owed)
+        self.waiting = dict(decision.waiting)
+        self.service = dict(owed)
+        records = {job.id: job for job in active + queued_records}
+        started = self._start(decision.start, records)
+        just_started = [self._running(job) for job in started]
+        self._preempt(decision.needs_room, queued, running + just_started, records,
+                      Capacity(total=total, free=decision.free_after), tenants)
+        self._forget({job.id for job in active + queued_records})
+        return started
+
+    def restart_size(self, job: JobRecord, nodes: Set[str] = frozenset()) -> int | None:
+        """The world size a job that lost its workers restarts at: the
+        largest of its valid sizes, no larger than it ran at, that fits what
+        the cluster has now beside the other active jobs (a lost node shrinks
+        an elastic job); None: none fits, it must wait in the queue. `nodes`:
+        where its ranks ran; those that are gone are left out."""
+        total = Resources(**cluster_capacity(exclude=lost_nodes(set(nodes))))
+        others = [j for j in self.store.jobs_in_states(ACTIVE) if j.id != job.id]
+        free = total - self.held(others)
+        demand = self._demand(job)
+        for workers in reversed(demand.world_sizes):
+            if workers <= (job.workers or demand.max_workers) and demand.at(workers).fits_in(free):
+                return workers
+        return None
+
+    def held(self, jobs: list[JobRecord]) -> Resources:
+        """What these jobs' workers hold."""
+        return Resources.total(self._running(job).holds for job in jobs)
+
+    # -- acting ---------------------------------------------------------------
+
+    def _start(self, admitted: list[tuple[str, int]],
+               records: dict[str, JobRecord]) -> list[JobRecord]:
+        """QUEUED -> STARTING at the size decided (a job cancelled since the
+        pass read it fails the transition's `expect` and is passed over)."""
+        started = []
+        for job_id, workers in admitted:
+            job = records[job_id]
+            sizes = self._demand(job, job.requested_workers).world_sizes
+            how = (f"admitted at {workers} workers" if len(sizes) == 1 else
+                   f"admitted at {workers} workers (elastic: {sizes[0]}..{sizes[-1]}, "
+                   f"the largest that fits)")
+            if job.latest_checkpoint:
+                ckpt = job.latest_checkpoint
+                how += (f"; resumes from checkpoint step {ckpt['step']} saved at world "
+                        f"size {ckpt['world_size']}")
+            try:
+                started.append(self.store.transition(
+                    job_id, S.STARTING, expect=S.QUEUED, workers=workers,
+                    requested_workers=None, attempt=job.attempt + 1, reason=how))
+            except IllegalTransition:
+                continue
+        return started
+
+    def _preempt(self, needs_room: list[str], queued: dict[str, QueuedJob],
+                 running: list[RunningJob], records: dict[str, JobRecord], capacity: Capacity,
+                 tenants: dict[str, TenantPolicy]) -> None:
+        """Offer each waiting job that preemption may help, in order; preempt
+        the first non-empty set of victims the policy picks."""
+        by_id = {job.id: job for job in running}
+        for pending_id in needs_room:
+            pending = queued[pending_id]
+            decision = self.preemption.select_victims(pending, running, capacity, tenants)
+            if not decision.victims:
+                continue
+            for victim_id in decision.victims:
+                self._mark_preempting(records[victim_id], pending, by_id[victim_id],
+                                      decision.reason)
+            return
+
+    def _mark_preempting(self, job: JobRecord, pending: QueuedJob, victim: RunningJob,
+                         why: str) -> None:
+        """Ask the victim to give its workers back; a job that moved on since
+        the pass read it (ended, cancelled) fails the `expect` and is left be."""
+        grace = self.grace_s(job)
+        reason = (f"preempted by job {pending.id} of tenant {pending.tenant} "
+                  f"(priority {pending.demand.priority} over {victim.demand.priority}): "
+                  f"checkpoint and stop within {grace:g} s, then requeue. {why}")
+        try:
+            self.store.transition(job.id, S.PREEMPTING, expect=job.state, reason=reason,
+                                  preemptions=job.preemptions + 1)
+        except IllegalTransition as e:
+            logger.info("job %s not preempted: %s", job.id, e)
+            return
+        service_metrics.count_transition(job.tenant, S.PREEMPTING)
+
+    # -- views ------------------------------------------------------------------
+
+    def _parse(self, job: JobRecord) -> Demand:
+        with self._parsed_lock:  # runners ask `restart_size` from their own threads
+            demand = self._parsed.get(job.id)
+            if demand is None:
+                demand = Demand.from_spec(job.spec)
+                demand = Demand(job.priority, demand.world_sizes, demand.per_worker)
+                self._parsed[job.id] = demand
+            return demand
+
+    def _demand(self, job: JobRecord, requested: int | None = None) -> Demand:
+        """What the job asks for; at `requested` workers alone where a resume named them."""
+        demand = self._parse(job)
+        if requested:
+            demand = Demand(demand.priority, (requested,), demand.per_worker)
+        return demand
+
+    def grace_s(self, job: JobRecord) -> float:
+        """How long the job may take to checkpoint and stop once preempted."""
+        return job.spec.preemption_grace_s or self.settings.preemption_grace_s
+
+    def _queued(self, job: JobRecord) -> QueuedJob:
+        return QueuedJob(job.id, job.tenant, job.created_at,
+                         self._demand(job, job.requested_workers))
+
+    def _running(self, job: JobRecord) -> RunningJob:
+        checkpoint = (job.latest_checkpoint or {}).get("step", 0)
+        return RunningJob(
+            job.id, job.tenant, job.workers or 0, self._demand(job),
+            steps_since_checkpoint=max(0, job.step - checkpoint),
+            leaving=job.state in LEAVING,
+        )
+
+    def _tenants(self, jobs: list[JobRecord]) -> dict[str, TenantPolicy]:
+        """Every tenant with a row; a job's tenant without one (the admin) is
+        unlimited at weight 1."""
+        policies = {t.name: tenant_policy(t) for t in self.store.tenants.list()}
+        for job in jobs:
+            policies.setdefault(job.tenant, TenantPolicy(job.tenant))
+        return policies
+
+    def _forget(self, live: set[str]) -> None:
+        with self._parsed_lock:
+            for job_id in set(self._parsed) - live:
+                del self._parsed[job_id]

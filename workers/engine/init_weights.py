@@ -1,0 +1,127 @@
+"""A job's initial weights from elsewhere (`init` in the spec), filled into
+the model after it is built and sharded: every rank reads only its own shard.
+
+    HuggingFaceWeights   a Hugging Face model directory (safetensors, one file
+                         or sharded), read through fsspec by box: each rank
+                         reads the rows (or columns) of every tensor its local
+                         DTensor shard covers, and nothing else
+    load_job_weights     a committed checkpoint of another of the tenant's
+                         jobs (DCP, resharded to this job's layout): the model,
+                         and the optimizer state or data cursor if asked
+
+`HuggingFaceWeights` is the sharded build's weight source for `init.uri`
+(`workers.engine.build.weight_source`): its `fill(model)` writes each parameter's
+local shard (`param.to_local()`), at the offsets its DTensor placements
+give, straight from the file where the dtypes agree, else converting the
+file's (bf16, fp16, fp32) to the parameter's.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+from checkpoints.safetensors_io import SafetensorsReader
+from workers.engine.build import named_tensors
+from workers.spec import InitSpec, SpecError
+
+if TYPE_CHECKING:
+    from checkpoints import CheckpointTarget
+    from workers.engine.trainer import Trainer
+
+TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                "F64": torch.float64}
+def local_box(param: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor]:
+    """(the box of the full tensor this rank holds, the local tensor holding it)."""
+    if isinstance(param, DTensor):
+        shape, offset = compute_local_shape_and_global_offset(
+            param.shape, param.device_mesh, param.placements)
+        return [(o, o + s) for o, s in zip(offset, shape, strict=True)], param.to_local()
+    return [(0, d) for d in param.shape], param
+
+
+@dataclass
+class HuggingFaceWeights:
+    """Weights from a Hugging Face model directory at `uri` (any fsspec URI)."""
+
+    uri: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reader = SafetensorsReader(self.uri, self.storage_options)
+
+    def fill(self, model: nn.Module) -> None:
+        """Write every parameter's local shard from the files."""
+        tensors = self.reader.tensors
+        with torch.no_grad():
+            for key, param in named_tensors(model):
+                if key not in tensors:
+                    raise SpecError("init.uri", f"init.uri: tensor {key} is missing from "
+                                                f"{self.uri}")
+                info = tensors[key]
+                if tuple(info.shape) != tuple(param.shape):
+                    raise SpecError("init.uri", f"init.uri: tensor {key} has shape "
+                                    f"{list(info.shape)}, the model has {list(param.shape)}")
+                box, local = local_box(param)
+                if local.numel() == 0:
+                    continue
+                if TORCH_DTYPES[info.dtype] == local.dtype and local.is_contiguous() \
+                        and local.device.type == "cpu":  # straight into the shard's memory
+                    self.reader.read_box_into(key, box, _bytes_of(local))
+                    continue
+                data = self.reader.read_box(key, box)
+                with warnings.catch_warnings():  # read-only bytes: copied out at once below
+                    warnings.simplefilter("ignore", UserWarning)
+                    source = torch.frombuffer(data, dtype=TORCH_DTYPES[info.dtype])
+                local.copy_(source.view(local.shape))
+
+
+def load_job_weights(trainer: Trainer, init: InitSpec, source: CheckpointTarget) -> int:
+    """Load the source job's committed step `init.step` (collective: every
+    rank calls it): the model, resharded to this job's layout; also the
+    optimizer state (`resume_optimizer`) and data cursor (`resume_data`).
+    Returns the step loaded."""
+    from checkpoints.checkpointer import Checkpointer
+    from checkpoints.stateful import ModelAndOptimizer, ModelOnly
+
+    if init.step is None:
+        raise SpecError("init.step", "init.step is fixed at submit (the source's latest committed)")
+    checkpointer = Checkpointer(source.open_store(), keep_last=None)
+    try:
+        state = (ModelAndOptimizer(trainer.model, trainer.optimizer) if init.resume_optimizer
+                 else ModelOnly(trainer.model))
+        result = checkpointer.load({"app": state}, step=init.step)
+    finally:
+        checkpointer.close()
+    assert result is not None  # a named step that does not verify raises
+    if init.resume_data:
+        trainer.batches.load_state_dict(result.extra["data"])
+    return result.step
+
+
+def initialise(trainer: Trainer, init: InitSpec, target: CheckpointTarget | None) -> str:
+    """After the build, on a fresh start: what `init` asks beyond the build's
+    weight source (a job's checkpoint); says where the weights came from."""
+    if init.uri is not None:  # filled as the model was built (`workers.engine.build.weight_source`)
+        return f"weights from {init.uri}"
+    assert init.job is not None
+    if target is None:
+        raise SpecError("init.job", "init.job reads the job's checkpoints: it needs the "
+                                    "service's checkpoint storage (a checkpoint target)")
+    step = load_job_weights(trainer, init, target.of_job(init.job))
+    return f"weights from job {init.job} step {step}"
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """A contiguous CPU tensor's memory, writable (numpy has no bf16: viewed as int16)."""
+    flat = tensor.detach()
+    if flat.dtype == torch.bfloat16:
+        flat = flat.view(torch.int16)
+    return flat.numpy().data.cast("B")

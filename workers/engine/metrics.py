@@ -1,0 +1,54 @@
+"""Per-step metrics, each beside the primer's theory where one exists.
+
+The names are a contract: the API serves exactly these keys.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import asdict, dataclass
+
+import torch
+
+ADAM_BYTES_PER_PARAM = 16  # fp32 param + grad + Adam m and v
+
+
+@dataclass(kw_only=True)
+class StepMetrics:
+    step: int  # 1-based: the optimizer step just taken
+    loss: float
+    lr: float
+    tokens_per_s: float  # global tokens of the step / step time
+    step_time_s: float
+    peak_mem_bytes: int
+    mem_theory_bytes: int  # 16 B/param / shard degree
+    comm_bytes: int  # what this rank's FSDP collectives moved in the step
+    comm_bytes_theory: float  # 3(N-1)/N x S (FSDP), 2(N-1)/N x S (DDP), ...
+    comm_bytes_by_op: dict  # op name -> bytes (a compressed reduce-scatter counts its wire bytes)
+    collectives: int
+    comm_time_s: float | None  # collectives in flight (CPU/gloo; None on GPUs: see workers/engine/comm.py)
+    exposed_comm_s: float | None  # the part the training thread waited for
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def mem_theory_bytes(num_params: int, shard_degree: int) -> int:
+    return ADAM_BYTES_PER_PARAM * num_params // shard_degree
+
+
+class PeakMemory:
+    """Peak device memory of a step on GPUs; the process's peak RSS on CPUs
+    (the OS tracks no per-step CPU peak, so that one only grows)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,174 @@
+"""Model families, found by name through the `brigade.models` entry-point group.
+
+A family is a `Family`: its name, the model class (or build function) that
+the engine calls with the `ModelSpec` (on the meta device, `workers/engine/build.py`),
+the optional `ModelSpec` fields it reads, and how to count its parameters
+from the spec alone. The built-ins `gpt` and `llama` are registered exactly
+as an operator's own family is, in a distribution's metadata:
+
+    [project.entry-points."brigade.models"]
+    gpt = "workers.spec.families:GPT"
+    mylm = "mylm.family:FAMILY"      # an operator's package: no edit of Brigade
+
+Torch-free: the spec validates a family's name against the entry points'
+names (read with `importlib.metadata`, nothing imported) and reads the
+`Family` object that the entry point names, so the module that holds it must
+not import torch either; only `Family.build` imports the model's module.
+
+The model a family builds exposes the engine's view of a decoder
+(workers/engine/sharding.py): `embedding`, `blocks` (an `nn.ModuleList`), `head`
+and `tied`; and, optionally, `init_parameter(name, tensor, generator)`, the
+rule that fills one full parameter (or buffer: a family with buffers must
+give their rule) at the start (workers/engine/build.py), and
+`tp_plan()`, its tensor-parallel plan (a family that has one says
+`tensor_parallel=True`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "brigade.models"
+
+# Fields of ModelSpec that only some families read: a spec that sets one its
+# family does not read (to other than its default) is refused.
+OPTIONAL_FIELDS = ("mlp_ratio", "n_kv_heads", "ffn_dim", "rope_theta", "tie_embeddings",
+                   "norm_eps", "qkv_bias")
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """A model's parameters by where FSDP puts them (workers/engine/sharding.py):
+    the embedding's unit, each block, the head's unit, and what the root keeps
+    itself (final norm, position table). Tied: the head shares the embedding,
+    and the root holds both."""
+
+    embedding: int
+    block: int
+    n_blocks: int
+    head: int
+    root: int
+    tied: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.n_blocks * self.block + (0 if self.tied else self.head) + self.root
+
+    def largest_unit(self, blocks_per_unit: int) -> int:
+        """Parameters of the largest FSDP unit (what a rank gathers at once)."""
+        blocks = min(blocks_per_unit, self.n_blocks) * self.block
+        if self.tied:
+            return max(blocks, self.embedding + self.root)
+        return max(blocks, self.embedding, self.head, self.root)
+
+
+def _no_problem(spec: Any) -> tuple[str, str] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    # "module:attribute" of the model class (or a function): called with the
+    # ModelSpec, it returns the nn.Module. Imported only when built.
+    builder: str
+    count_params: Callable[[Any], ParamCount]
+    reads: frozenset[str] = field(default_factory=frozenset)  # of OPTIONAL_FIELDS
+    # the family's own shape rules: (field, why) a spec cannot be built, or None
+    check: Callable[[Any], tuple[str, str] | None] = _no_problem
+    # the model declares a tensor-parallel plan (`tp_plan()`, workers/engine/tensor_parallel.py):
+    # only such a family may run with parallelism.tp > 1
+    tensor_parallel: bool = False
+
+    def build(self, spec: Any) -> Any:
+        module, _, attribute = self.builder.partition(":")
+        return getattr(importlib.import_module(module), attribute)(spec)
+
+
+class FamilyNotFound(LookupError):
+    def __init__(self, name: str, known: list[str]):
+        super().__init__(f"model.family {name!r} is not a registered model family "
+                         f"(registered: {', '.join(known) or 'none'})")
+
+
+# Entry points by sys.path: a distribution put on the path later is found
+# (an operator's package, a test's); an unchanged path is looked up once.
+_registry: dict[tuple[str, ...], dict[str, EntryPoint]] = {}
+_loaded: dict[tuple[tuple[str, ...], str], Family] = {}
+
+
+def _entry_points() -> tuple[tuple[str, ...], dict[str, EntryPoint]]:
+    key = tuple(sys.path)
+    found = _registry.get(key)
+    if found is None:
+        found = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in found and found[ep.name].value != ep.value:
+                logger.warning("model family %r registered twice (%s, %s): the first is used",
+                               ep.name, found[ep.name].value, ep.value)
+                continue
+            found.setdefault(ep.name, ep)
+        _registry[key] = found
+    return key, found
+
+
+def registered_families() -> list[str]:
+    """The registered families' names, sorted (nothing is imported)."""
+    return sorted(_entry_points()[1])
+
+
+def model_family(name: str) -> Family:
+    """The registered family `name`; `FamilyNotFound` naming those there are."""
+    key, found = _entry_points()
+    if name not in found:
+        raise FamilyNotFound(name, sorted(found))
+    family = _loaded.get((key, name))
+    if family is None:
+        family = found[name].load()
+        if not isinstance(family, Family):
+            raise TypeError(f"entry point {found[name].value!r} of {ENTRY_POINT_GROUP!r} is a "
+                            f"{type(family).__name__}, not a workers.spec.families.Family")
+        _loaded[(key, name)] = family
+    return family
+
+
+# -- the built-ins ---------------------------------------------------------------
+
+
+def _gpt_params(spec: Any) -> ParamCount:
+    d, m = spec.d_model, spec.mlp_ratio
+    block = 2 * 2 * d + 3 * d * d + d * d + 2 * m * d * d  # 2 LayerNorms, qkv, proj, mlp
+    return ParamCount(embedding=spec.vocab_size * d, block=block, n_blocks=spec.n_layers,
+                      head=spec.vocab_size * d, root=spec.seq_len * d + 2 * d)  # pos, ln_f
+
+
+def _llama_params(spec: Any) -> ParamCount:
+    d = spec.d_model
+    kv_width = spec.kv_heads * (d // spec.n_heads)
+    attn = 2 * d * d + 2 * d * kv_width + (d + 2 * kv_width if spec.qkv_bias else 0)
+    block = attn + 3 * d * spec.ffn_width + 2 * d  # q,o,k,v; gate, up, down; 2 RMSNorms
+    return ParamCount(embedding=spec.vocab_size * d, block=block, n_blocks=spec.n_layers,
+                      head=spec.vocab_size * d, root=d, tied=spec.tie_embeddings)
+
+
+def _llama_check(spec: Any) -> tuple[str, str] | None:
+    if spec.n_heads % spec.kv_heads:
+        return "n_kv_heads", (f"model.n_kv_heads ({spec.kv_heads}) must divide model.n_heads "
+                              f"({spec.n_heads})")
+    if (spec.d_model // spec.n_heads) % 2:
+        return "n_heads", (f"the head width d_model / n_heads ({spec.d_model} / {spec.n_heads}) "
+                           "must be even for rotary embeddings")
+    return None
+
+
+GPT = Family("gpt", "workers.models.gpt:GPT", _gpt_params, frozenset({"mlp_ratio"}))
+LLAMA = Family("llama", "workers.models.llama:Llama", _llama_params, frozenset(OPTIONAL_FIELDS),
+               _llama_check, tensor_parallel=True)
