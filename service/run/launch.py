@@ -1,6 +1,6 @@
 """Where a job runner meets its worker group: the control plane's `launch`
 for a job's attempt (a `WorkerGroup`, started and training). A test hands the
-runner a fake instead (tests/service/test_runner.py).
+runner a fake instead (tests/service/run/test_runner.py).
 
 A group is detached and named by (job, attempt), so that a control plane
 that restarts finds it again by name (`Supervisor.reconcile`).

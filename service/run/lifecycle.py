@@ -4,7 +4,7 @@ how its group ended (`GroupOutcome`) to the `Transition` to record.
 
 No Ray, no store, no clock: the job runner (service/run/runner.py) gathers the
 facts, asks, and carries the answer out, so that every ending is tested in
-microseconds (tests/service/test_lifecycle.py). The reasons are the events'
+microseconds (tests/service/run/test_lifecycle.py). The reasons are the events'
 and the errors' texts that users, the end-to-end and the chaos tests read.
 
 What a job asked to give its workers back gets:

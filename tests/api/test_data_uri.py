@@ -1,6 +1,6 @@
 """A submitted job's `data.uri` lies under its tenant's own data prefix
 (`{data_uri_root}/tenants/{tenant}/data/`), or the submit is 422 naming
-`data.uri`. (Every traversal form: tests/service/test_data_access.py.)"""
+`data.uri`. (Every traversal form: tests/service/intake/test_data_access.py.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run under torchrun (tests/workers/test_compression.py): one backward of the
+"""Run under torchrun (tests/workers/engine/test_compression.py): one backward of the
 same batches with each gradient compression; prints, as one JSON line on rank
 0, each mode's largest relative L2 error, over the parameters, against the
 gradients FSDP's own reduce-scatter gives."""

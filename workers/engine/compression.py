@@ -43,7 +43,7 @@ what it buys.
 Checkpoints: the error-feedback buffers are NOT saved. A resumed run starts
 them at zero, as step 1 did, whatever its world size (a rank's residual has no
 meaning at another world size). What is lost is the one step's residual, at
-most half an int8 quantisation step per value: tests/workers/test_compression.py
+most half an int8 quantisation step per value: tests/workers/engine/test_compression.py
 checks that the resumed losses stay within 0.1% of the uninterrupted run's
 (measured: 1.6e-5 at most, steps 11-30 of a tiny GPT resumed at step 10).
 

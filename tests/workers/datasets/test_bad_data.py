@@ -1,7 +1,7 @@
 """Bad data gets a clear error naming the file: refused at submit where the
 index can be read then (`check_job_data`: a SpecError, the API's 422), else
 a DataError from the ranks, which the lifecycle fails at once, without
-spending a restart (tests/service/test_permanent_failure.py)."""
+spending a restart (tests/service/run/test_permanent_failure.py)."""
 
 from __future__ import annotations
 

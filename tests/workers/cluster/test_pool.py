@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import ray
 
-from tests.workers.test_worker_group import assert_nothing_left, tiny_job, unique_prefix
+from tests.workers.cluster.test_worker_group import assert_nothing_left, tiny_job, unique_prefix
 from workers.cluster.group import WorkerGroup
 from workers.cluster.pool import RankPool
 

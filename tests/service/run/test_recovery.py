@@ -1,6 +1,6 @@
 """What an interruption cost (service/run/recovery.py): the recovery time and
 lost steps of the first step after a restart or a preemption. (Whether a
-failure restarts: tests/service/test_lifecycle.py.)"""
+failure restarts: tests/service/run/test_lifecycle.py.)"""
 
 from __future__ import annotations
 
