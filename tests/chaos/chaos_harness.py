@@ -19,8 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
+from tests.ci import skip_or_fail
 from tests.e2e.serve_harness import Server
 
 INTERVAL = 10  # checkpoint.every_steps of every scenario
@@ -85,16 +84,18 @@ def committed_steps(directory: Path) -> list[int]:
 @contextlib.contextmanager
 def tmpfs(directory: Path, size: str):
     """A tmpfs of `size` mounted on `directory` (made if missing) while inside:
-    a real disk that fills. Skips the test where mounting is not permitted."""
+    a real disk that fills. Where mounting is not permitted (no root) it skips
+    the test, saying why; under CI (tests/ci.py), which runs as root, it fails
+    it instead: there the full-disk test and the soak must really run."""
     directory.mkdir(parents=True, exist_ok=True)
     try:
         out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
                              capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        pytest.skip("a real full disk needs a tmpfs mounted by the test: no `mount` here")
+        skip_or_fail("a real full disk needs a tmpfs mounted by the test: no `mount` here")
     if out.returncode != 0:
-        pytest.skip("a real full disk needs a tmpfs mounted by the test, and mounting is not "
-                    f"permitted here (needs root): {out.stderr.strip()}")
+        skip_or_fail("a real full disk needs a tmpfs mounted by the test, and mounting is not "
+                     f"permitted here (needs root): {out.stderr.strip()}")
     try:
         yield directory
     finally:

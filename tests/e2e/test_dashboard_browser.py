@@ -7,7 +7,6 @@ browser's own network log) and for console errors."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
@@ -15,11 +14,12 @@ import httpx
 import pytest
 
 from api.sessions import COOKIE, CSRF_HEADER
+from tests.ci import in_ci
 from tests.e2e.browser import Browser, available
 from tests.e2e.serve_harness import KEY, Server
 
 WHY_NOT = available()
-if WHY_NOT and os.environ.get("CI") != "true":
+if WHY_NOT and not in_ci():
     pytest.skip(f"no browser here: {WHY_NOT}", allow_module_level=True)
 # Under CI the browser must be there (.ci/run installs it): a missing one fails below.
 

@@ -2,16 +2,15 @@
 a fresh database for the run, dropped after): a 2-worker job runs to the end
 and every record of it lies in Postgres.
 
-Where no Postgres answers the test is skipped, saying why; under CI (CI=true)
-it fails instead: there the Postgres leg must really run."""
+Where no Postgres answers the test is skipped, saying why; under CI (tests/ci.py's
+in_ci()) it fails instead: there the Postgres leg must really run."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.ci import skip_or_fail
 from tests.e2e.serve_harness import Server, spec
 from tests.service.conftest import postgres_database  # noqa: F401 - the same fresh database
 
@@ -22,9 +21,7 @@ STEPS = 20
 def postgres_url(postgres_database):  # noqa: F811 - the fixture imported above
     url, why_not = postgres_database
     if url is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI: the Postgres leg must run, but {why_not}")
-        pytest.skip(why_not)
+        skip_or_fail(why_not)
     return url
 
 
