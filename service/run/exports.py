@@ -129,9 +129,24 @@ class ExportService:
             raise ExportRefused(409, str(e)) from None
         return entry.size, exports.stream(ident, name)
 
+    def _base_uri(self, job: JobRecord) -> str | None:
+        """The Hugging Face directory the job's weights came from, through the jobs it was
+        initialised from (`init.job`, the same tenant's), whose config and tokenizer an
+        export keeps; None for a model trained from scratch."""
+        seen = {job.id}
+        while job.spec.init is not None:
+            if job.spec.init.uri:
+                return job.spec.init.uri
+            parent = self.store.get_job(job.spec.init.job or "", tenant=job.tenant)
+            if parent is None or parent.id in seen:
+                return None
+            seen.add(parent.id)
+            job = parent
+        return None
+
     def _write(self, job: JobRecord, ident: str, step: int, dtype: str, by: str) -> None:
         request = export_request(self._target_of(job), job.spec.model, step, dtype,
-                                 self.settings.export_max_shard_bytes)
+                                 self.settings.export_max_shard_bytes, self._base_uri(job))
         error = None
         try:
             self.store.append_log(job.id, [f"export {ident} ({dtype}, step {step}) started by {by}"])

@@ -37,18 +37,39 @@ from checkpoints.safetensors_io import (
     shard_names,
     shard_plan,
 )
+from workers.datasets.storage import data_storage_options
 from workers.spec import ModelSpec
-from workers.spec.hf_format import hf_config, tensor_shapes
+from workers.spec.hf_format import CARRIED_FILES, exported_config, hf_config, tensor_shapes
 
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16"}
 DCP_MODEL_PREFIX = "app.model."  # checkpoints.stateful.ModelAndOptimizer under "app"
 
 
 def export_request(target: dict, model: ModelSpec, step: int, dtype: str,
-                   max_shard_bytes: int) -> dict[str, Any]:
-    """What `export_checkpoint` takes, as plain data (it travels to a Ray task)."""
+                   max_shard_bytes: int, base_uri: str | None = None) -> dict[str, Any]:
+    """What `export_checkpoint` takes, as plain data (it travels to a Ray task). `base_uri`:
+    the Hugging Face directory the job started from (`init.uri`), whose config and tokenizer
+    the export keeps."""
     return {"target": target, "model": model.model_dump(mode="json"), "step": step,
-            "dtype": dtype, "max_shard_bytes": max_shard_bytes}
+            "dtype": dtype, "max_shard_bytes": max_shard_bytes, "base_uri": base_uri}
+
+
+def base_files(base_uri: str | None) -> tuple[dict[str, Any] | None, dict[str, bytes]]:
+    """The base model's config.json (None without a base) and the files an export carries
+    over from it (`CARRIED_FILES` that exist), read with the data's storage options."""
+    if not base_uri:
+        return None, {}
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(base_uri.rstrip("/"), **data_storage_options())
+    config = json.loads(fs.cat_file(f"{root}/{CONFIG_FILE}"))
+    carried = {}
+    for name in CARRIED_FILES:
+        try:
+            carried[name] = fs.cat_file(f"{root}/{name}")
+        except FileNotFoundError:
+            continue
+    return config, carried
 
 
 def export_checkpoint(request: dict[str, Any],
@@ -65,7 +86,9 @@ def export_checkpoint(request: dict[str, Any],
     model = ModelSpec.model_validate(request["model"])
     step, dtype = int(request["step"]), request["dtype"]
     ident = export_id(step, dtype)
-    config = hf_config(model, dtype)  # refuses a model with no HF architecture, before any I/O
+    ours = hf_config(model, dtype)  # refuses a model with no HF architecture, before any I/O
+    base_config, carried = base_files(request.get("base_uri"))
+    config = exported_config(ours, base_config)
     store, exports = target.open_store(), target.open_exports()
     manifest = store.read_manifest(step)
     # DCP's metadata is a pickle: verified before it is read. The shards are
@@ -111,7 +134,7 @@ def export_checkpoint(request: dict[str, Any],
             finally:
                 writer.close()
             files[file_name] = writer.entry()
-        small = {CONFIG_FILE: json.dumps(config, indent=2, sort_keys=True).encode()}
+        small = {**carried, CONFIG_FILE: json.dumps(config, indent=2, sort_keys=True).encode()}
         if len(shards) > 1:
             small[INDEX_FILE] = encode_index(shards, names)
         for file_name, data in small.items():

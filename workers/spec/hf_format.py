@@ -123,6 +123,32 @@ def hf_config(model: ModelSpec, dtype: str) -> dict[str, Any]:
     }
 
 
+# The files of a Hugging Face model directory that are not its weights and that an export of a
+# model fine-tuned from it carries over as they were: its tokenizer and its generation defaults.
+CARRIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt",
+                 "chat_template.jinja", "generation_config.json")
+
+
+def exported_config(ours: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The config.json of an export. A model fine-tuned from Hugging Face files (`base`, their
+    config.json) keeps that config: every field (token ids, `max_position_embeddings`, its
+    dtype, fields Brigade does not read) as it was, but for what training changed: the shapes
+    and the forward's constants are the job's (`ours`; intake refused a mismatch, so they agree)
+    and a context the job trained past the base's is the job's. A model trained from scratch
+    has `ours` alone."""
+    if base is None:
+        return dict(ours)
+    kept = dict(base)
+    for key in ("architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "tie_word_embeddings", "rms_norm_eps"):
+        kept[key] = ours[key]
+    trained = ours["max_position_embeddings"]
+    kept["max_position_embeddings"] = max(int(base.get("max_position_embeddings") or 0), trained)
+    return kept
+
+
 # config.json's keys that change the forward without changing a shape, and the spec's fields.
 CONFIG_FIELDS = (("rope_theta", "rope_theta"), ("rms_norm_eps", "norm_eps"),
                  ("tie_word_embeddings", "tie_embeddings"))

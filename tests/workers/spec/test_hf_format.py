@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from workers.spec.hf_format import (
+    exported_config,
     NoHuggingFaceArchitecture,
     config_mismatch,
     hf_config,
@@ -81,3 +82,25 @@ def test_init_takes_one_source_and_is_part_of_the_curve():
         assert ".".join(map(str, refused.value.errors()[0]["loc"])) == field
     with pytest.raises(ValidationError, match="needs model.family 'llama'"):
         JobSpec.model_validate({"model": {}, "train": {"steps": 1}, "init": {"uri": "file:///a"}})
+
+
+def test_an_export_keeps_the_base_models_config_but_for_what_training_changed():
+    model = ModelSpec.model_validate({"family": "llama", "n_layers": 2, "d_model": 64,
+                                      "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 96,
+                                      "vocab_size": 256, "seq_len": 32, "norm_eps": 1e-6})
+    ours = hf_config(model, "bfloat16")
+    base = {**ours, "max_position_embeddings": 128, "bos_token_id": 1, "eos_token_id": 2,
+            "torch_dtype": "float32", "pad_token_id": None, "custom_field": [1, 2]}
+    del base["dtype"]
+    kept = exported_config(ours, base)
+    assert kept["max_position_embeddings"] == 128  # the base's context, not the job's seq_len
+    for key in ("bos_token_id", "eos_token_id", "torch_dtype", "pad_token_id", "custom_field"):
+        assert kept[key] == base[key], key
+    assert "dtype" not in kept
+    assert {k: kept[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")} == {
+        "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256}
+    # a job that trained past the base's context exports its own
+    assert exported_config(ours, {**base, "max_position_embeddings": 16})[
+        "max_position_embeddings"] == 32
+    # no base (random init): the job's own config
+    assert exported_config(ours, None) == ours
