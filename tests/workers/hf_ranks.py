@@ -33,6 +33,19 @@ def hf_llama(directory: Path, *, tied: bool = False, max_shard_size: str | None 
     return model
 
 
+def hf_tokenizer(directory: Path) -> None:
+    """A word-level tokenizer over MODEL's vocabulary (`<unk>`, `<s>`, `</s>`, then `w0`..),
+    saved into `directory` as transformers saves one (tokenizer.json, tokenizer_config.json)."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(253)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                         unk_token="<unk>").save_pretrained(str(directory))
+
+
 def job_spec(**sections) -> JobSpec:
     raw = {"model": dict(MODEL), "train": {"steps": 3, "global_batch_size": 4, "lr": 1e-3},
            "checkpoint": {"every_steps": 0}}
