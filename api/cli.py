@@ -27,7 +27,8 @@
 
 Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY), else
 the profile's (`brigade --profile NAME`, BRIGADE_PROFILE, else the default
-one), else the admin key of a local `brigade serve`; read commands take
+one), else the URL and admin key of a `brigade serve` started in this
+directory (kept in its data dir, ./.data); read commands take
 `--output table|json|yaml`. `--install-completion` sets up shell completion.
 The CLI never imports torch.
 """
@@ -48,6 +49,7 @@ from api.cli_jobs import PROFILE, register_job_commands
 from api.cli_service import register_service_commands
 from api.cli_tenants import tenants
 from api.cli_train import train
+from api.profiles import record_server_url
 
 app = typer.Typer(no_args_is_help=True, help="Brigade: FSDP2 training on Ray.")
 register_job_commands(app)
@@ -109,7 +111,10 @@ def serve(
         # process: out of the collector's sight, a full collection stops requests for
         # a fraction of the time it did.
         gc.freeze()
-        typer.echo(f"Brigade API on {url_of(listener)}")
+        url = url_of(listener)
+        # The CLI run in this directory finds the server by it (api.profiles.local_server_url).
+        record_server_url(settings.data_dir, url)
+        typer.echo(f"Brigade API on {url}")
         typer.echo(_admin_key_line(settings, admin_key, generated))
         server.run(sockets=[listener])
     finally:

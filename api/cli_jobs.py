@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -24,13 +23,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from api.cli_output import Output, OutputFormat, emit, or_dash, plain, when
 from api.client import BrigadeClient, BrigadeError
-from api.profiles import ProfileError, resolve
+from api.profiles import ProfileError, local_admin_key, resolve
 from api.schemas import JobProgress, JobPublic, MetricRow
 from service.states import JobState
 
 Url = Annotated[str | None, typer.Option(
     "--url", envvar="BRIGADE_URL", show_default=False,
-    help="the Brigade API [default: the profile's, else http://127.0.0.1:8000]")]
+    help="the Brigade API [default: the profile's, else the URL of a `brigade serve` in this "
+         "directory, else http://127.0.0.1:8000]")]
 Key = Annotated[str | None, typer.Option(
     "--key", envvar="BRIGADE_API_KEY", show_default=False,
     help="API key [default: the profile's, else the admin key of a `brigade serve` in this directory]")]
@@ -243,7 +243,7 @@ def checkpoints(job_id: JobId, output: Output = OutputFormat.table, url: Url = N
 def _client(url: str | None, key: str | None) -> Iterator[BrigadeClient]:
     try:
         connection = resolve(url, key, PROFILE["name"])
-        client = BrigadeClient(connection.url, connection.key or _local_admin_key())
+        client = BrigadeClient(connection.url, connection.key or local_admin_key())
     except ProfileError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -256,19 +256,6 @@ def _client(url: str | None, key: str | None) -> Iterator[BrigadeClient]:
     except httpx.TransportError as e:
         typer.echo(f"error: cannot reach Brigade at {client.url}: {e}", err=True)
         raise typer.Exit(1) from None
-
-
-def _local_admin_key() -> str | None:
-    """BRIGADE_ADMIN_KEY, or the key a `brigade serve` in this directory
-    generated (under BRIGADE_DATA_DIR, by default ./.data, as the service
-    keeps it: service.settings)."""
-    if key := os.environ.get("BRIGADE_ADMIN_KEY"):
-        return key
-    path = Path(os.environ.get("BRIGADE_DATA_DIR") or Path.cwd() / ".data") / "admin_key"
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
 
 
 def _load_spec(path: Path) -> dict:

@@ -10,7 +10,10 @@ The file is YAML, readable by its owner only (mode 0600), at
       prod: {url: https://brigade.example.com, key: bk_...}
 
 What is given explicitly wins, then `BRIGADE_URL` / `BRIGADE_API_KEY`,
-then the profile (`BRIGADE_PROFILE`, else the file's default).
+then the profile (`BRIGADE_PROFILE`, else the file's default), then the
+`brigade serve` of this directory: the URL its latest start recorded in its
+data dir (`BRIGADE_DATA_DIR`, by default `./.data`, file `server_url`) and,
+for the CLI, the admin key it keeps there (`admin_key`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import yaml
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_PROFILE = "default"
+SERVER_URL_FILE = "server_url"  # in a `brigade serve`'s data dir, beside its admin_key
 
 
 class ProfileError(ValueError):
@@ -87,4 +91,41 @@ def resolve(url: str | None = None, key: str | None = None,
         known = ", ".join(sorted(data.get("profiles", {}))) or "none yet: `brigade login`"
         raise ProfileError(f"no profile {name!r} in {config_path()} (profiles: {known})")
     saved = saved if isinstance(saved, dict) else {}
-    return Connection(url or saved.get("url") or DEFAULT_URL, key or saved.get("key"))
+    return Connection(url or saved.get("url") or local_server_url() or DEFAULT_URL,
+                      key or saved.get("key"))
+
+
+def local_data_dir() -> Path:
+    """The data dir of a `brigade serve` started here (as service.settings
+    defaults it)."""
+    return Path(os.environ.get("BRIGADE_DATA_DIR") or Path.cwd() / ".data")
+
+
+def record_server_url(data_dir: str | Path, url: str) -> Path:
+    """`brigade serve` writes the URL it listens on beside its admin key
+    (mode 0600), for the CLI run in the same directory."""
+    path = Path(data_dir) / SERVER_URL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(url + "\n")
+    return path
+
+
+def local_server_url() -> str | None:
+    """The URL the latest `brigade serve` of this directory listened on."""
+    return _read(local_data_dir() / SERVER_URL_FILE)
+
+
+def local_admin_key() -> str | None:
+    """BRIGADE_ADMIN_KEY, or the key a `brigade serve` of this directory
+    generated (service.settings keeps it as `admin_key` in its data dir)."""
+    return os.environ.get("BRIGADE_ADMIN_KEY") or _read(local_data_dir() / "admin_key")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None

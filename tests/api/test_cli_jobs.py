@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from api.cli import app
+from api.profiles import record_server_url
 from tests.api.conftest import ADMIN_KEY
 from tests.api.test_jobs import SPEC
 
@@ -102,3 +104,29 @@ def test_the_key_defaults_to_a_local_servers_admin_key(brigade, tmp_path):
     (tmp_path / "admin_key").write_text(ADMIN_KEY)
     result = brigade("jobs", env={"BRIGADE_API_KEY": None, "BRIGADE_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 0, result.output
+
+
+def test_the_url_and_key_default_to_the_brigade_serve_of_this_directory(brigade, server, tmp_path):
+    data_dir = tmp_path / ".data"  # where `brigade serve` keeps them, run in this directory
+    record_server_url(data_dir, server.url)
+    (data_dir / "admin_key").write_text(ADMIN_KEY)
+    assert stat.S_IMODE((data_dir / "server_url").stat().st_mode) == 0o600
+    bare = {"BRIGADE_URL": None, "BRIGADE_API_KEY": None, "BRIGADE_DATA_DIR": None,
+            "BRIGADE_PROFILE": None, "BRIGADE_CONFIG": str(tmp_path / "none.yaml")}
+    found = brigade("jobs", env=bare)
+    assert found.exit_code == 0, found.output
+    assert "ID" in found.stdout
+
+    # A profile says otherwise: its URL wins over the local server's.
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"profiles": {"p": {"url": "http://127.0.0.1:9"}}, "default": "p"}))
+    elsewhere = brigade("jobs", env=bare | {"BRIGADE_CONFIG": str(config)})
+    assert elsewhere.exit_code == 1 and "cannot reach Brigade at http://127.0.0.1:9" in elsewhere.stderr
+
+
+def test_submit_follow_stops_on_a_refused_submit_with_its_error(brigade, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(SPEC | {"train": {"steps": -1}}))
+    result = brigade("submit", "-f", str(path))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "train.steps" in result.stderr and "HTTP 422" in result.stderr
