@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 
 import pytest
+import transformers
 
 from service.intake.data_access import data_prefix
-
-transformers = pytest.importorskip("transformers")
 
 TRAIN = {"steps": 5}
 

@@ -11,9 +11,9 @@ import shutil
 import subprocess
 
 import fsspec
-import pytest
 
 from checkpoints.read_ahead import ReadAhead
+from tests.ci import skip_or_fail
 from tests.waiting import wait_until
 
 MB = 1 << 20
@@ -51,8 +51,9 @@ def test_it_asks_a_window_past_the_consumer_a_chunk_at_a_time(tmp_path):
         assert ahead.asked == 40 * MB
 
 
-@pytest.mark.skipif(not shutil.which("fincore"), reason="util-linux fincore is not installed")
 def test_the_pages_ahead_of_the_consumer_reach_the_page_cache_and_no_further(tmp_path):
+    if not shutil.which("fincore"):  # CI installs it (.ci/run): there it fails instead
+        skip_or_fail("util-linux fincore is not installed")
     path = evicted(tmp_path / "shard")
     assert resident_bytes(path) == 0, "could not evict the file: the test proves nothing here"
     with open(path, "rb", buffering=0) as f:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import torch
 import torch.distributed as dist
+import transformers
 
 from checkpoints import CheckpointTarget
 from tests.checkpoints.ckpt_harness import init_single_rank
@@ -24,7 +25,6 @@ from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.workers.hf_ranks import MODEL, hf_llama, tokens
 from workers.spec import JobSpec
 
-transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(600)
 SECRET = "e2e-secret-0123456789abcdef"  # the harness's BRIGADE_SECRET
 

@@ -16,6 +16,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+import transformers
 
 from checkpoints import CheckpointTarget
 from tests.checkpoints.ckpt_harness import init_single_rank, run_ranks
@@ -27,8 +28,6 @@ from tests.workers.hf_ranks import (
     tokens,
     train_and_save,
 )
-
-transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
 from workers.models import build_model
 from workers.spec import ModelSpec
-
-transformers = pytest.importorskip("transformers")
 
 CASES = {
     "mha": dict(n_layers=2, d_model=64, n_heads=4, vocab_size=300, seq_len=32),
