@@ -21,7 +21,8 @@ every client sends its next request when the last is answered) and paced
 offer half of what the route answered one client at a time).
 
 Per-tenant rate limits would turn most of these into 429s: the bench sets
-`BRIGADE_RATE_LIMIT_PER_S` and `BRIGADE_RATE_LIMIT_BURST` to 10^6.
+`BRIGADE_RATE_LIMIT_PER_S` and `BRIGADE_RATE_LIMIT_BURST` to 10^6
+(`bench.api_store`, which fills the store too).
 """
 
 from __future__ import annotations
@@ -36,18 +37,11 @@ from pathlib import Path
 from bench.api_client import Round, load_round, percentile
 from bench.api_peer import PeerServer
 from bench.api_profile import cpu_seconds, have_py_spy, profile, server_cpu_ms, table
+from bench.api_store import NO_RATE_LIMIT, RATE, fill_store
 from bench.figures import TITLES
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 from bench.server import BrigadeServer
 
-RATE = "1000000"
-SPEC = {
-    "name": "bench-api",
-    "workers": 1,
-    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
-    "train": {"steps": 10},
-}
-TENANT = "bench"
 ROUTES = ("peer GET one row", "GET /v1/jobs/{id}", "GET /v1/jobs")
 # The same profile before issue 18's changes (commit 36bd2f9; one client, a tenant's key):
 BEFORE = """Before (commit 36bd2f9: five thread-pool hops a request, the key looked up in
@@ -108,27 +102,6 @@ RATE_GOAL = 0.8  # each Brigade route's requests/s >= this x the peer's, one cli
 P99_GOAL = 3.0  # p99 at `--clients` clients <= this x the one-client p99
 
 
-def fill_store(server: BrigadeServer, jobs: int) -> tuple[str, list[str]]:
-    """A tenant and `jobs` CANCELLED jobs of it: (its key, the jobs' ids)."""
-    from service.states import JobState
-    from service.store import JobStore
-    from workers.spec import JobSpec
-
-    store = JobStore(server.database_url)
-    store.migrate()
-    spec = JobSpec.model_validate(SPEC)
-    ids = []
-    try:
-        _, key = store.tenants.create(TENANT)
-        for i in range(jobs):
-            job, _ = store.create_job(tenant=TENANT, name=f"bench-api-{i}", spec=spec)
-            store.transition(job.id, JobState.CANCELLED, reason="made up by bench.api")
-            ids.append(job.id)
-    finally:
-        store.dispose()
-    return key, ids
-
-
 def settle(pid: int, quiet: float = 0.15, window_s: float = 2.0, timeout_s: float = 90.0) -> float:
     """Until the server's process tree (it, its Ray head, the warm rank processes that
     start-up spawns, importing torch for ~30 s) uses under `quiet` of a core over
@@ -182,8 +155,7 @@ def run(args) -> Figure:
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     rounds = args.rounds or (2 if args.quick else 4)
     jobs = args.jobs or (60 if args.quick else 500)
-    env = {"BRIGADE_RATE_LIMIT_PER_S": RATE, "BRIGADE_RATE_LIMIT_BURST": RATE}
-    brigade = BrigadeServer(env=env)
+    brigade = BrigadeServer(env=NO_RATE_LIMIT)
     key, ids = fill_store(brigade, jobs)
     peer_db = brigade.data_dir / "peer.db"
     shutil.copyfile(brigade.data_dir / "brigade.db", peer_db)

@@ -119,7 +119,7 @@ def profile(url: str, pid: int, auth: dict, paths, seconds: float, out: Path) ->
 
 
 def main() -> None:
-    from bench.api import RATE, fill_store
+    from bench.api_store import NO_RATE_LIMIT, fill_store
     from bench.server import BrigadeServer
 
     parser = argparse.ArgumentParser(prog="python -m bench.api_profile", description=__doc__,
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--route", choices=("get", "list"), default="get")
     args = parser.parse_args()
-    server = BrigadeServer(env={"BRIGADE_RATE_LIMIT_PER_S": RATE, "BRIGADE_RATE_LIMIT_BURST": RATE})
+    server = BrigadeServer(env=NO_RATE_LIMIT)
     key, ids = fill_store(server, 200)
     auth = {"Authorization": f"Bearer {key}"}
     paths = ((lambda rng: f"/v1/jobs/{rng.choice(ids)}") if args.route == "get"
