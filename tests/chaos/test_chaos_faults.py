@@ -357,9 +357,11 @@ def test_sigkill_the_controller_mid_run_and_while_restarting(server, probe, refe
             [recovery] = attempt_rows(server, job["id"])
             assert recovery["lost_steps"] <= INTERVAL
         else:
-            assert done["restarts"] == 0
-            # Reattached to its live group (no new attempt), or, were it gone, restarted once.
-            assert len(attempt_rows(server, job["id"])) <= 1
+            # Its group lived on: reattached to it (no new attempt, no row of a recovery).
+            assert done["restarts"] == 0 and not attempt_rows(server, job["id"])
+            assert any("reattached to worker group" in e["reason"] for e in events), \
+                server.event_lines(job["id"])
+            assert states(server, job["id"]).count("STARTING") == 1, server.event_lines(job["id"])
 
 
 # -- a job that cannot succeed --------------------------------------------------------
