@@ -19,9 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from checkpoints import CheckpointStore, CheckpointTarget
-from service.intake.init_source import resolve_init
-from service.intake.job_data import check_job_data
-from service.intake.model_config import resolve_model
+from service.intake.checks import check_fits, check_memory, intake
 from service.observability import metrics as service_metrics
 from service.observability.fair_share_view import TenantShare, tenant_shares
 from service.observability.log_config import job_fields
@@ -31,27 +29,20 @@ from service.observability.usage import TenantUsage, usage_by_tenant
 from service.run.exports import ExportService
 from service.run.launch import group_name, launch_group
 from service.run.lifecycle import GroupOutcome
-from service.run.ray_cluster import (
-    cluster_capacity,
-    live_node_count,
-    never_fits,
-    run_export,
-    worker_memory_bytes,
-)
+from service.run.ray_cluster import cluster_capacity, live_node_count, run_export
 from service.run.runner import ControlPlane, JobRunner
 from service.run.scheduling_pass import Admission
 from service.scheduling import Demand, Resources, RestartPolicy
-from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
 from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore, JobUnfinished, UnexpectedState
 from service.store.models import utcnow
 from service.store.tenants import ADMIN_TENANT
-from workers.cluster.errors import CapacityError, RankError, WorkerGroupError
+from workers.cluster.errors import RankError, WorkerGroupError
 from workers.cluster.group import WorkerGroup
 from workers.cluster.pool import RankPool
-from workers.spec import JobSpec, SpecError
+from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 RETENTION_SWEEP_S = 60.0  # how often finished jobs past their retention are looked for
@@ -83,15 +74,10 @@ class Supervisor:
     # -- requests ---------------------------------------------------------------
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
-        spec = resolve_model(spec, tenant, self.settings.resolved_data_uri_root)  # model.config_uri
-        check_job_data(spec, tenant, self.settings.resolved_data_uri_root)  # 422 naming a bad file
-        if knobs := spec.operator_only_set():
-            raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
-                                      "tools (an engine YAML, a benchmark), not by a job")
-        self._check_fits(spec, spec.min_workers)
-        self._check_memory(spec, spec.world_sizes())
-        spec = resolve_init(spec, tenant, data_root=self.settings.resolved_data_uri_root,
-                            store=self.store, checkpoints_of=self._checkpoint_store)
+        """Queue the job that `spec` (parsed by the caller) asks for, once the
+        submit checks (`service.intake.checks`) pass it; (job, created)."""
+        spec = intake(spec, tenant, data_root=self.settings.resolved_data_uri_root,
+                      store=self.store, checkpoints_of=self._checkpoint_store)
         job, created = self.store.create_job(
             tenant=tenant, name=spec.name, spec=spec,
             priority=spec.priority, idempotency_key=idempotency_key, demand=Demand.from_spec(spec),
@@ -128,8 +114,8 @@ class Supervisor:
         job = self._job(tenant, job_id)
         if workers is not None:
             job.spec.check_world_size(workers)
-            self._check_fits(job.spec, workers)
-            self._check_memory(job.spec, [workers])
+            check_fits(job.spec, workers)
+            check_memory(job.spec, [workers])
         reason = f"resumed by {_who(tenant)}" + (f" at {workers} workers" if workers else "")
         job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
                                     requested_workers=workers, queue_quota=job.tenant)
@@ -390,28 +376,6 @@ class Supervisor:
         if job is None:
             raise JobNotFound(job_id)
         return job
-
-    def _check_fits(self, spec: JobSpec, workers: int) -> None:
-        res = spec.resources_per_worker
-        why = never_fits(workers, res.cpu, res.gpu, spec.placement)
-        if why:
-            raise CapacityError(f"{why}: the job could never start")
-
-    def _check_memory(self, spec: JobSpec, world_sizes: list[int]) -> None:
-        """422 where the model's sharded state per rank cannot fit one worker's
-        memory at one of these sizes (service/scheduling/memory_fit.py)."""
-        res = spec.resources_per_worker
-        worker: float | None
-        if res.memory_gb is not None:
-            worker, source, field = res.memory_gb * GB, "resources_per_worker.memory_gb", \
-                "resources_per_worker.memory_gb"
-        else:
-            worker, source, field = worker_memory_bytes(res.cpu, res.gpu), \
-                "a worker's share of the cluster's smallest node", "model"
-        decision = MemoryFitPolicy().check(model_size(spec), shard_degrees(spec, world_sizes),
-                                           worker, source)
-        if not decision.fits:
-            raise SpecError(field, f"{field}: {decision.reason}")
 
 
 def pool_prefix(data_dir: str) -> str:

@@ -7,7 +7,7 @@ runs it). Torch-free."""
 
 from __future__ import annotations
 
-from service.intake.data_access import DataUriRefused, check_data_uri
+from service.intake.data_access import check_data_uri
 from workers.cluster.errors import DataError
 from workers.spec import JobSpec, PrepareSpec, SpecError
 
@@ -58,7 +58,4 @@ def check_prepare(spec: PrepareSpec, tenant: str, root: str) -> None:
 
 
 def _under_prefix(field: str, uri: str, tenant: str, root: str) -> None:
-    try:
-        check_data_uri(uri, tenant, root)
-    except DataUriRefused as e:
-        raise SpecError(field, str(e).replace("data.uri", field, 1)) from None
+    check_data_uri(uri, tenant, root, field=field)

@@ -1,0 +1,151 @@
+"""The submit checks: one ordered list, `CHECKS`, run by `intake` on the spec
+the route parsed, for every job submitted (`POST /v1/jobs`, `POST /v1/datasets`,
+the dashboard's YAML: all through `Supervisor.submit`).
+
+Each check guards a field (or a section) and refuses with the error the API
+has always answered: a `SpecError` at the field (422), `CapacityError` (422 at
+`workers`), `JobNotFound` for an `init.job` the tenant cannot reach (404). A
+check returns the spec, fixed where it fixes something, so that the checks
+after it see what will be stored. In order, the pure ones first, those that
+read files next, the cluster last:
+
+1. `operator_only`: knobs the platform's own tools set, not a job
+   (`sharding.grad_error_feedback`)
+2. `model.config_uri`: the Hugging Face config.json under the tenant's data
+   prefix, read into the model's fields (`service.intake.model_config`)
+3. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
+   the tenant's data prefix (`service.intake.data_access`), and token data what
+   its index says (`workers.datasets.checks`: a missing shard, a size or
+   checksum that does not match, a tokenizer that does not parse, a vocabulary
+   the model does not cover is a 422 naming the file, not a job that fails later)
+4. `init`: a model directory whose headers fit the model, or a committed
+   checkpoint of one of the tenant's jobs (`service.intake.init_source`)
+5. `workers`: the job could ever be placed, at its smallest size
+6. `resources_per_worker.memory_gb`: the model's sharded state fits one
+   worker's memory (that field's, or else the cluster's smallest share: the
+   refusal is then at `model`) at every size the job may run at
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from service.intake.data_access import check_data_uri
+from service.intake.init_source import resolve_init
+from service.intake.model_config import resolve_model
+from service.run.ray_cluster import never_fits, worker_memory_bytes
+from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
+from workers.cluster.errors import CapacityError
+from workers.spec import JobSpec, SpecError
+
+if TYPE_CHECKING:
+    from checkpoints import CheckpointStore
+    from service.store import JobRecord, JobStore
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the checks read besides the spec."""
+
+    tenant: str
+    data_root: str  # the tenants' data prefixes lie under it
+    store: JobStore  # the jobs an `init.job` may name
+    checkpoints_of: Callable[[JobRecord], CheckpointStore]
+
+
+@dataclass(frozen=True)
+class Check:
+    field: str  # the field (or section) it guards
+    run: Callable[[JobSpec, Submission], JobSpec]  # the spec, fixed or as it was; refuses otherwise
+
+
+def operator_only(spec: JobSpec, submission: Submission) -> JobSpec:
+    if knobs := spec.operator_only_set():
+        raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
+                                  "tools (an engine YAML, a benchmark), not by a job")
+    return spec
+
+
+def model_config(spec: JobSpec, submission: Submission) -> JobSpec:
+    return resolve_model(spec, submission.tenant, submission.data_root)
+
+
+def job_data(spec: JobSpec, submission: Submission) -> JobSpec:
+    if spec.prepare is not None:  # a dataset's preparation (service.intake.dataset_jobs)
+        from service.intake.dataset_jobs import check_prepare
+
+        check_prepare(spec.prepare, submission.tenant, submission.data_root)
+    uris = dict(spec.data.uris())
+    if spec.eval is not None and spec.eval.uri is not None:
+        uris["eval.uri"] = spec.eval.uri
+    for field, uri in uris.items():
+        check_data_uri(uri, submission.tenant, submission.data_root, field=field)
+    if spec.data.source in ("tokens", "text"):
+        from workers.datasets.checks import check_job_data  # reads the index and shards
+
+        check_job_data(spec)
+    return spec
+
+
+def init_source(spec: JobSpec, submission: Submission) -> JobSpec:
+    return resolve_init(spec, submission.tenant, data_root=submission.data_root,
+                        store=submission.store, checkpoints_of=submission.checkpoints_of)
+
+
+def placeable(spec: JobSpec, submission: Submission) -> JobSpec:
+    check_fits(spec, spec.min_workers)
+    return spec
+
+
+def memory(spec: JobSpec, submission: Submission) -> JobSpec:
+    check_memory(spec, spec.world_sizes())
+    return spec
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("operator_only", operator_only),
+    Check("model.config_uri", model_config),
+    Check("data", job_data),
+    Check("init", init_source),
+    Check("workers", placeable),
+    Check("resources_per_worker.memory_gb", memory),
+)
+
+
+def intake(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
+           checkpoints_of: Callable[[JobRecord], CheckpointStore]) -> JobSpec:
+    """The spec as it will be stored, once every check in `CHECKS` has passed
+    it, in order; the first refusal is raised as it is."""
+    submission = Submission(tenant, data_root, store, checkpoints_of)
+    for check in CHECKS:
+        spec = check.run(spec, submission)
+    return spec
+
+
+# What a resume at another size checks again (Supervisor.resume), as the list does at submit.
+
+def check_fits(spec: JobSpec, workers: int) -> None:
+    """CapacityError unless `workers` ranks of the job could ever be placed on the live nodes."""
+    res = spec.resources_per_worker
+    why = never_fits(workers, res.cpu, res.gpu, spec.placement)
+    if why:
+        raise CapacityError(f"{why}: the job could never start")
+
+
+def check_memory(spec: JobSpec, world_sizes: Sequence[int]) -> None:
+    """422 where the model's sharded state per rank cannot fit one worker's
+    memory at one of these sizes (service/scheduling/memory_fit.py)."""
+    res = spec.resources_per_worker
+    worker: float | None
+    if res.memory_gb is not None:
+        worker, source, field = res.memory_gb * GB, "resources_per_worker.memory_gb", \
+            "resources_per_worker.memory_gb"
+    else:
+        worker, source, field = worker_memory_bytes(res.cpu, res.gpu), \
+            "a worker's share of the cluster's smallest node", "model"
+    decision = MemoryFitPolicy().check(model_size(spec), shard_degrees(spec, world_sizes),
+                                       worker, source)
+    if not decision.fits:
+        raise SpecError(field, f"{field}: {decision.reason}")
