@@ -18,7 +18,8 @@ from workers.spec import JobSpec
 class _ParsedSpecs:
     """A job's spec never changes after submit, so each is validated once per
     process while it is in use, not on every read (~35 us a job: on every page
-    the API lists)."""
+    the API lists); the spec a job was created with is not validated at all
+    (`keep`: the store is handed the parsed object)."""
 
     def __init__(self, size: int = 4096):
         self._size, self._specs = size, OrderedDict[str, JobSpec]()
@@ -30,15 +31,25 @@ class _ParsedSpecs:
             if spec is not None:
                 self._specs.move_to_end(job_id)
                 return spec
-        spec = JobSpec.model_validate(raw)
+        return self.keep(job_id, JobSpec.model_validate(raw))
+
+    def keep(self, job_id: str, spec: JobSpec) -> JobSpec:
+        """`spec` as the job's, for its records in this process to hand back."""
         with self._lock:
             self._specs[job_id] = spec
+            self._specs.move_to_end(job_id)
             if len(self._specs) > self._size:
                 self._specs.popitem(last=False)
         return spec
 
 
 _SPECS = _ParsedSpecs()
+
+
+def keep_parsed_spec(job_id: str, spec: JobSpec) -> None:
+    """The spec a job was just stored with (its JSON is `spec.to_json()`) as its
+    records' `spec`: what the route parsed is handed on, not parsed again."""
+    _SPECS.keep(job_id, spec)
 
 
 class _StoredSpecs:

@@ -47,7 +47,7 @@ from service.store.models import (
     Tenant,
     utcnow,
 )
-from service.store.records import EventRecord, JobRecord, LogRecord
+from service.store.records import EventRecord, JobRecord, LogRecord, keep_parsed_spec
 from service.store.sessions import SessionStore
 from service.store.tenants import TenantStore, tenant_policy
 from workers.spec import JobSpec
@@ -162,6 +162,7 @@ class JobStore:
             if not existing:
                 raise
             return existing, False
+        keep_parsed_spec(record.id, spec)  # stored as spec.to_json(): no second parse of it
         return record, True
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord | None:

@@ -164,8 +164,10 @@ class WorkerGroup:
         run at that step, checkpointed."""
         if not self._actors:
             raise WorkerGroupError("the worker group is not started: call start() first")
-        # Refuse a bad spec here, with its own message, before any rank runs it.
-        spec = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
+        # A dict (a script's, a test's) is parsed here; a JobSpec is the caller's parsed one,
+        # taken as it is. What only the group knows is checked, before any rank runs: its size.
+        if not isinstance(spec, JobSpec):
+            spec = JobSpec.model_validate(spec)
         spec.check_world_size(self.num_workers)
         return TrainingRun(
             self, [actor.train.remote(spec, checkpoint, stop_after) for actor in self._actors]
