@@ -12,13 +12,15 @@ from service.states import JobState as S
 from service.store import JobNotFound
 from service.store.models import LOG_LINE_LENGTH
 from service.store.store import METRICS_BATCH
+from workers.spec import JobSpec
 
 
 def test_create_and_get(store):
     job = submit(store, name="first", priority=5)
     assert job.id.startswith("j-") and len(job.id) == 14
     assert (job.tenant, job.name, job.state, job.priority) == ("acme", "first", S.QUEUED, 5)
-    assert job.spec == SPEC and job.spec is not SPEC  # typed, read back from the database
+    assert job.spec is SPEC  # the spec it was handed, not a second parse of its JSON
+    assert JobSpec.model_validate(job.stored_spec) == SPEC  # what a reader of the database gets
     assert (job.step, job.restarts, job.preemptions, job.attempt) == (0, 0, 0, 0)
     assert job.workers is job.requested_workers is job.latest_checkpoint is job.error is None
     assert job.started_at is job.finished_at is None
