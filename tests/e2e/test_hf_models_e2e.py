@@ -8,6 +8,7 @@ says why."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import transformers
 from checkpoints import CheckpointTarget
 from tests.checkpoints.ckpt_harness import init_single_rank
 from tests.e2e.serve_harness import KEY, TERMINAL, Server
-from tests.workers.hf_ranks import MODEL, hf_llama, tokens
+from tests.workers.hf_ranks import MODEL, hf_llama, hf_tokenizer, tokens
 from workers.spec import JobSpec
 
 pytestmark = pytest.mark.timeout(600)
@@ -32,7 +33,13 @@ SECRET = "e2e-secret-0123456789abcdef"  # the harness's BRIGADE_SECRET
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("hf")
-    hf_llama(data_dir / "data-store" / "tenants" / "admin" / "data" / "tiny-llama")
+    base = data_dir / "data-store" / "tenants" / "admin" / "data" / "tiny-llama"
+    hf_llama(base)
+    # The base's own identity, which an export must keep: a longer context than the job
+    # trains at, token ids, and its tokenizer.
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 128}))
+    hf_tokenizer(base)
     srv = Server(data_dir).start()
     yield srv
     srv.stop()
@@ -97,6 +104,20 @@ def test_fine_tune_from_hugging_face_weights_export_and_load_back(server, tmp_pa
     with torch.no_grad():
         their_logits = theirs(tokens()).logits
     assert (their_logits - brigades_logits(server, job["id"], spec)).abs().max() <= 1e-5
+    # The model the user brought, fine-tuned: its config but for what training changed, and
+    # its tokenizer, so transformers' pipeline generates from the export as it stands.
+    base = json.loads((Path(weights_uri(server).removeprefix("file://")) / "config.json")
+                      .read_text())
+    exported = json.loads((out / "config.json").read_text())
+    assert exported["max_position_embeddings"] == 128  # not the job's seq_len, 32
+    for key in ("bos_token_id", "eos_token_id", "dtype", "rope_parameters"):
+        assert exported.get(key) == base.get(key), key
+    assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= set(
+        export["files"])
+    generate = transformers.pipeline("text-generation", model=str(out))
+    [made] = generate("w1 w2 w3", max_new_tokens=4, do_sample=False)
+    assert made["generated_text"].startswith("w1 w2 w3")
+    assert len(made["generated_text"].split()) > 3
 
     # A flipped byte in a stored file: its download is refused, naming the check.
     stored = Path(export["uri"].removeprefix("file://")) / "model.safetensors"
