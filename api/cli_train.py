@@ -36,7 +36,7 @@ def train(
 
             spec = resolve_config_uri(spec, spec.model.config_uri)
     except (ValidationError, SpecError) as e:
-        typer.echo(f"error: {explain(e)}", err=True)
+        typer.echo(f"error: {explain(e, JobSpec)}", err=True)
         raise typer.Exit(2) from None
     _connect(ray_address)
     size = workers or spec.world_sizes()[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,11 +27,12 @@ from service.store.errors import (
     TenantNotFound,
 )
 from workers.cluster.errors import CapacityError
-from workers.spec import SpecError
+from workers.spec import SpecError, unknown_field
 
 log = logging.getLogger("brigade.api")
 
 MAX_LISTED = 5  # validation errors spelled out in one message
+_ACTIONS = frozenset({"cancel", "suspend", "resume"})  # a job's routes that change its state
 _SOURCES = ("body", "query", "path", "header", "cookie")
 _TYPE_MISMATCH = frozenset({
     "int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type",
@@ -78,7 +80,8 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [_describe(e) for e in _without_union_noise(exc.errors())]
+    body = _body_type(request)
+    errors = [_describe(e, body) for e in _without_union_noise(exc.errors())]
     message = "; ".join(m for _, m in errors[:MAX_LISTED])
     if len(errors) > MAX_LISTED:
         message += f" (and {len(errors) - MAX_LISTED} more)"
@@ -118,7 +121,10 @@ async def _quota_exceeded(request: Request, exc: QuotaExceeded) -> JSONResponse:
 
 
 async def _illegal_transition(request: Request, exc: IllegalTransition) -> JSONResponse:
-    return error_response(409, str(exc), "state")
+    """A job's action its state does not allow, said in words (`POST .../cancel`)."""
+    action = request.url.path.rsplit("/", 1)[-1]
+    message = exc.refusal(action) if action in _ACTIONS else str(exc)
+    return error_response(409, message, "state")
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -143,8 +149,15 @@ def _unparsable_body(cause: BaseException) -> str:
     return f"body: cannot parse the request body ({type(cause).__name__})"
 
 
-def _describe(error: dict) -> tuple[str, str]:
-    """(field, "field: what is wrong") for one pydantic/FastAPI error."""
+def _body_type(request: Request) -> Any:
+    """The type of the route's JSON body (`JobSpec`, `DatasetCreate`, ...), if it takes one."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    return field.field_info.annotation if field is not None else None
+
+
+def _describe(error: dict, body: Any = None) -> tuple[str, str]:
+    """(field, "field: what is wrong") for one pydantic/FastAPI error; a key
+    the body's model does not have is answered with the nearest allowed names."""
     loc = list(error.get("loc", ()))
     tags = _union_tags(error)
     source = loc[0] if loc and loc[0] in _SOURCES else None
@@ -154,6 +167,8 @@ def _describe(error: dict) -> tuple[str, str]:
         return "body", f"body: invalid JSON at position {path[0] if path else 0}: {reason}"
     field = ".".join(str(p) for p in path) or source or "request"
     msg = error.get("msg", "invalid").removeprefix("Value error, ")
+    if source == "body" and body is not None and error.get("type") == "extra_forbidden":
+        msg = unknown_field(body, loc[1:]) or msg
     if source == "body" and not path and error.get("type") == "missing":
         msg = "a JSON object is required"
     elif source == "body" and not path and isinstance(error.get("input"), bytes | str):

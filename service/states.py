@@ -59,6 +59,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+# What a person's action is called once done: `refusal` says which jobs it applies to.
+_DONE = {"cancel": "cancelled", "suspend": "suspended", "resume": "resumed"}
+
+
 class IllegalTransition(ValueError):
     def __init__(self, job_id: str, current: JobState, target: JobState):
         self.job_id, self.current, self.target = job_id, current, target
@@ -66,6 +70,21 @@ class IllegalTransition(ValueError):
         super().__init__(
             f"job {job_id} cannot go from {current.value} to {target.value} (allowed: {allowed})"
         )
+
+    @property
+    def allowed_from(self) -> frozenset[JobState]:
+        """The states a job may reach the refused target from."""
+        return frozenset(s for s, targets in TRANSITIONS.items() if self.target in targets)
+
+    def refusal(self, action: str) -> str:
+        """The refusal of a person's `action` (cancel, suspend, resume) in
+        words: `job j-1 already SUCCEEDED: nothing to cancel`, `job j-1 is
+        QUEUED: only a STARTING or RUNNING job can be suspended`."""
+        if self.current.is_terminal:
+            return f"job {self.job_id} already {self.current.value}: nothing to {action}"
+        states = " or ".join(s.value for s in JobState if s in self.allowed_from)
+        done = _DONE.get(action, f"{action}ed")
+        return f"job {self.job_id} is {self.current.value}: only a {states} job can be {done}"
 
 
 def check_transition(job_id: str, current: JobState, target: JobState) -> None:

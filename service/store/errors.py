@@ -27,6 +27,10 @@ class UnexpectedState(IllegalTransition):
             f"job {job_id} is {current.value}, not {wanted}: will not move it to {target.value}",
         )
 
+    @property
+    def allowed_from(self) -> frozenset[JobState]:
+        return self.expected
+
 
 class JobUnfinished(RuntimeError):
     """A job is deleted only once it has finished (cancel it and wait)."""

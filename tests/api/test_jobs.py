@@ -95,16 +95,32 @@ def test_cancel_a_queued_job(client, job):
     client.wait(job.id, timeout_s=30, poll_s=0.05)
 
 
-def test_a_transition_the_state_does_not_allow_is_409(client, job):
+def test_a_transition_the_state_does_not_allow_is_409_said_in_words(client, job, store):
     with pytest.raises(BrigadeError) as caught:
         client.resume(job.id)  # QUEUED, not SUSPENDED
-    assert caught.value.status == 409 and "QUEUED" in caught.value.message
+    assert caught.value.status == 409
+    assert caught.value.message == f"job {job.id} is QUEUED: only a SUSPENDED job can be resumed"
+    with pytest.raises(BrigadeError) as caught:
+        client.suspend(job.id)
+    assert caught.value.message == (f"job {job.id} is QUEUED: only a STARTING or RUNNING job can "
+                                    "be suspended")
     client.cancel(job.id)
     client.wait(job.id, timeout_s=30, poll_s=0.05)
     assert client.cancel(job.id).state is JobState.CANCELLED  # cancel is idempotent
     with pytest.raises(BrigadeError) as caught:
         client.suspend(job.id)
-    assert caught.value.status == 409 and "CANCELLED" in caught.value.message
+    assert caught.value.status == 409
+    assert caught.value.message == f"job {job.id} already CANCELLED: nothing to suspend"
+
+    done = client.submit(SPEC)
+    store.transition(done.id, "STARTING", reason="admitted", workers=1, attempt=1)
+    store.transition(done.id, "RUNNING", reason="started")
+    store.transition(done.id, "SUCCEEDED", reason="done")
+    for action in ("cancel", "suspend", "resume"):
+        with pytest.raises(BrigadeError) as caught:
+            getattr(client, action)(done.id)
+        assert caught.value.status == 409
+        assert caught.value.message == f"job {done.id} already SUCCEEDED: nothing to {action}"
 
 
 def test_events_record_each_state_change(client, job):

@@ -122,6 +122,29 @@ def test_malformed_spec_is_refused_naming_the_field(http, body, names):
     _assert_refused(response, names)
 
 
+@pytest.mark.parametrize("path, body, message", [
+    ("/v1/jobs", spec("train.global_batch_sise", 8),
+     "train.global_batch_sise: unknown field (did you mean global_batch_size"),
+    ("/v1/jobs", spec("model.n_layer", 2), "model.n_layer: unknown field (did you mean n_layers"),
+    ("/v1/jobs", spec(workrs=2), "workrs: unknown field (did you mean workers"),
+    ("/v1/jobs", spec(workers={"min": 1, "max": 2, "maxx": 2}),
+     "workers.maxx: unknown field (did you mean max"),
+    ("/v1/jobs", spec(eval={"evry_steps": 5}), "eval.evry_steps: unknown field (did you mean every_steps"),
+    ("/v1/jobs", spec("train.zzz", 1), "train.zzz: unknown field (allowed: beta1, beta2,"),
+    ("/v1/datasets", {"inputs": ["a.jsonl"], "output": "out", "tokeniser": "t.json"},
+     "tokeniser: unknown field (did you mean tokenizer"),
+    ("/v1/jobs/{id}/resume", {"worker": 2}, "worker: unknown field (did you mean workers"),
+], ids=["train", "model", "top", "worker-range", "optional-section", "no-near-name", "dataset",
+        "resume"])
+def test_an_unknown_field_is_refused_with_the_nearest_allowed_names(http, path, body, message):
+    if "{id}" in path:
+        path = path.format(id=http.post("/v1/jobs", json=VALID).json()["id"])
+    response = http.post(path, json=body)
+    assert response.status_code == 422, response.text
+    assert message in response.json()["error"]["message"]
+    assert response.json()["error"]["field"] == message.split(":")[0]
+
+
 # (id, raw bytes, content type, what the message must name)
 UNPARSABLE = [
     ("not-json", b"not json", "application/json", "invalid JSON"),

@@ -34,6 +34,7 @@ from workers.spec.base import (
     explain,
     refusal,
     split_evenly,
+    unknown_field,
 )
 from workers.spec.data import (
     MAX_PREPARE_FILES,
@@ -63,4 +64,5 @@ __all__ = [
     "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "ModelSpec",
     "ParallelismSpec", "PrepareSpec", "Resources", "ShardingSpec", "SpecError", "Strategy",
     "TrackingSpec", "TrainSpec", "WorkerRange", "explain", "refusal", "split_evenly",
+    "unknown_field",
 ]

@@ -1,10 +1,13 @@
 """What every section of the job spec shares: limits, the section base
-(frozen, no unknown fields), field-located refusals and `SpecError`, and
-the even split of a batch."""
+(frozen, no unknown fields), field-located refusals and `SpecError`, the
+nearest allowed names for an unknown field, and the even split of a batch."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import difflib
+import types
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import JsonDict
@@ -68,12 +71,71 @@ class Resources(_Section):
     memory_gb: Annotated[float, Field(gt=0, le=65536)] | None = None
 
 
-def explain(error: ValidationError | SpecError) -> str:
-    """A refusal as one line, each problem led by its field (for the CLIs)."""
+def explain(error: ValidationError | SpecError, model: type[BaseModel] | None = None) -> str:
+    """A refusal as one line, each problem led by its field (for the CLIs);
+    given the model validated, an unknown field says the nearest allowed names."""
     if isinstance(error, SpecError):
         return f"{error.field}: {error}"
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
-                     for e in error.errors())
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: "
+        f"{(model and e['type'] == 'extra_forbidden' and unknown_field(model, e['loc'])) or e['msg']}"
+        for e in error.errors())
+
+
+def unknown_field(model: Any, loc: Sequence[str | int]) -> str | None:
+    """What to say of the key `loc[-1]` that the model at `loc[:-1]` under
+    `model` (a model class, or a type such as `Model | None`) does not have:
+    the nearest allowed names (`did you mean global_batch_size?`), else all of
+    them. None where `loc` leads to no model. Parts of `loc` that name the
+    member of a union pydantic tried (`function-after[_ordered(), WorkerRange]`)
+    pick that member."""
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    found = [c for c in _models_at(model, loc[:-1]) if isinstance(c, type) and issubclass(c, BaseModel)]
+    names = sorted({name for c in found for f_name, f in c.model_fields.items()
+                    for name in (f_name, f.alias) if name})
+    if not names:
+        return None
+    if close := difflib.get_close_matches(loc[-1], names, n=3, cutoff=0.6):
+        return f"unknown field (did you mean {' or '.join(close)}?)"
+    return f"unknown field (allowed: {', '.join(names)})"
+
+
+def _models_at(annotation: Any, path: Sequence[str | int]) -> list[Any]:
+    candidates = _members(annotation)
+    for part in path:
+        if isinstance(part, int):
+            candidates = [m for c in candidates for arg in _items(c) for m in _members(arg)]
+            continue
+        fields = [f for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)
+                  for name, f in c.model_fields.items() if part in (name, f.alias)]
+        if fields:
+            candidates = [m for f in fields for m in _members(f.annotation)]
+        elif named := [c for c in candidates if getattr(c, "__name__", None) and (
+                part == c.__name__ or part.endswith(f" {c.__name__}]"))]:
+            candidates = named  # a union's member, as pydantic names it in a location
+        elif keyed := [c for c in candidates if get_origin(c) is dict]:
+            candidates = [m for c in keyed for m in _members(get_args(c)[-1])]
+        # else a tag naming no model (`constrained-int`): the candidates stay
+    return candidates
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types an annotation admits: Annotated and unions unwrapped."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for arg in get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def _items(container: Any) -> tuple:
+    """The item types of a list, tuple, set or dict annotation (dict: its values)."""
+    origin, args = get_origin(container), get_args(container)
+    if origin is dict:
+        return args[-1:]
+    return args if origin in (list, tuple, set, frozenset, Sequence) else ()
 
 
 def split_evenly(total: int, parts: int) -> list[int]:

@@ -5,7 +5,7 @@ location, world-size checks name theirs, and the engine's derived figures
 import pytest
 from pydantic import ValidationError
 
-from workers.spec import JobSpec, ModelSpec, ShardingSpec, SpecError, explain, split_evenly
+from workers.spec import JobSpec, ModelSpec, ShardingSpec, SpecError, explain, split_evenly, unknown_field
 
 BASE = {"model": {"n_layers": 2, "d_model": 32, "n_heads": 4}, "train": {"steps": 3}}
 
@@ -54,6 +54,18 @@ def test_impossible_jobs_are_refused_at_the_field(sections, field, message):
     located = [e for e in errors if ".".join(str(p) for p in e["loc"]).startswith(field)]
     assert located, errors
     assert any(message in e["msg"] for e in located), located
+
+
+def test_an_unknown_field_is_explained_with_the_nearest_allowed_names():
+    with pytest.raises(ValidationError) as caught:
+        spec(train={"steps": 3, "global_batch_sise": 8}, workers={"min": 1, "maxx": 2}, zzz=1)
+    said = explain(caught.value, JobSpec)
+    assert "train.global_batch_sise: unknown field (did you mean global_batch_size" in said
+    assert "maxx: unknown field (did you mean max?)" in said
+    assert "zzz: unknown field (allowed: checkpoint, data, eval," in said
+    assert "Extra inputs" in explain(caught.value)  # without the model: pydantic's own words
+    assert unknown_field(JobSpec, ("init", "jb")) == "unknown field (did you mean job?)"
+    assert unknown_field(JobSpec, ("name", "x")) is None  # no model there
 
 
 def test_a_world_size_the_job_cannot_run_at_names_the_field():
