@@ -10,7 +10,7 @@ machine's noise hits both alike:
 
 1. raw write: rank 0 writes the checkpoint's byte count to one file on the same
    filesystem, 4 MiB writes, then `fdatasync`;
-   our save: `TrainerCheckpoints.save(trainer, blocking=True)`, i.e. DCP's
+   our save: `TrainerCheckpoints.save(blocking=True)`, i.e. DCP's
    write through `HashingWriter` (each file's BLAKE3 counted as it is
    written, fsync per file) + the signed manifest (the commit); retention
    (keep_last=1: the previous step is deleted) runs after it on rank 0's
@@ -273,7 +273,8 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
     trainer.train_step()  # AdamW's state exists from here on
     target = CheckpointTarget(root=str(workdir / "ckpt"), tenant="bench", job=f"ws{world_size}",
                               secret="bench-secret")
-    tc = TrainerCheckpoints(target, spec.checkpoint)
+    tc = TrainerCheckpoints(target, spec, model=trainer.model, optimizer=trainer.optimizer,
+                            train_state=trainer.state, mesh_shape=tuple(trainer.mesh.shape))
     store, ck = tc.checkpointer.store, tc.checkpointer
     phases = Phases()
     instrument(tc, phases)
@@ -284,7 +285,7 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
     def next_step() -> int:
         nonlocal step
         step += 10
-        trainer.step = step
+        trainer.state.step = step
         return step
 
     def step_files(s: int) -> list[Path]:
@@ -299,10 +300,10 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
 
     # Warm-up: the first save and load pay one-off costs (DCP's imports, plan caches).
     next_step()
-    tc.save(trainer, blocking=True)
+    tc.save(blocking=True)
     load()
     next_step()
-    tc.save(trainer, blocking=False)
+    tc.save(blocking=False)
     ck.wait()
     phases.reset()
 
@@ -313,7 +314,7 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
         # 1. blocking save vs raw write of the same bytes
         s = next_step()
         dist.barrier()
-        row["save_s"] = held(tc.save(trainer, blocking=True))
+        row["save_s"] = held(tc.save(blocking=True))
         start = time.perf_counter()
         ck.wait()  # retention, off the training path: settled before the raw write
         row["housekeeping_wait_s"] = time.perf_counter() - start
@@ -360,7 +361,7 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
         row["state_bytes"] = state_copy.nbytes
         next_step()
         dist.barrier()
-        row["stall_s"] = held(tc.save(trainer, blocking=False))
+        row["stall_s"] = held(tc.save(blocking=False))
         row["stall_phases"] = phases.reset()
         start = time.perf_counter()
         trainer.train_step()
@@ -501,7 +502,7 @@ def report(results: list[dict], reps: int, world_sizes: str, png: str) -> str:
                          f"ratios), {best:.2f}x best / best.")
 
     lines += ["", "### Async save: how long the train loop is held, against a memcpy of the state", "",
-              "Stall: the `checkpoint_stall_s` that `TrainerCheckpoints.save(trainer, blocking=False)` "
+              "Stall: the `checkpoint_stall_s` that `TrainerCheckpoints.save(blocking=False)` "
               "reports: the state dict (`state_dict`: FSDP's `get_state_dict`) and the staging copy "
               "of the state into CPU buffers kept between saves (`staging`: `checkpoints/staging.py`); "
               "`prepare`, rank 0's fresh-directory check and its collective, runs on the save's "

@@ -143,39 +143,50 @@ class RankActor:
         return backend
 
     def train(
-        self, spec: JobSpec, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec | dict, checkpoint: dict | None = None, stop_after: int | None = None
     ) -> list[dict]:
-        """Train to the end of the job or `stop_after`, resuming from the
-        checkpoint target's latest committed step when one is given."""
-        from checkpoints import CheckpointTarget
-        from workers.engine.trainer import Trainer
-
+        """Run the job's entry point (`ENTRY_POINTS`, by its kind): a training
+        runs to the end of the job or `stop_after`, resuming from the
+        checkpoint target's latest committed step when one is given. The spec
+        is parsed (a dict) and checked for this world size here, once: the
+        engine takes it as it is."""
         self._timeline.setdefault("engine_imported", time.time())
         self._metrics, self._state, self._error = [], "running", None
         self._stop_requested = False
         try:
-            if spec.prepare is not None:  # a dataset's preparation: its steps are files
-                from workers.datasets.prepare_job import prepare_on_ranks
-
-                rows = prepare_on_ranks(spec.prepare, self._record)
-                self._state = "done"
-                return rows
-            target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
-            self._trainer = Trainer(spec, target)
-            self._timeline["built"] = time.time()  # the model built (and a checkpoint loaded)
-            # Rows a checkpoint carried (not read before the last group ended)
-            # come first, marked: the driver records those it does not have.
-            self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
-            self._metrics = [{**row, "replayed": True} for row in self._trainer.unrecorded()]
-            result = self._trainer.run(self._record, stop_after, should_stop=self._should_stop)
+            job = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
+            job.check_world_size(self.world_size)
+            rows, self._state = ENTRY_POINTS[job.kind](self, job, checkpoint, stop_after)
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             self._state, self._error = "failed", f"{type(e).__name__}: {e}"
             raise
+        return rows
+
+    def _train(self, spec: JobSpec, checkpoint: dict | None,
+               stop_after: int | None) -> tuple[list[dict], str]:
+        """A training job (kind 'train'): its rows, and "done" or "preempted"."""
+        from checkpoints import CheckpointTarget
+        from workers.engine.trainer import Trainer
+
+        target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
+        self._trainer = Trainer(spec, target)
+        self._timeline["built"] = time.time()  # the model built (and a checkpoint loaded)
+        # Rows a checkpoint carried (not read before the last group ended)
+        # come first, marked: the driver records those it does not have.
+        self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
+        self._metrics = [{**row, "replayed": True} for row in self._trainer.state.unrecorded()]
+        rows = self._trainer.run(self._record, stop_after, should_stop=self._should_stop)
         # Stopped short by a preemption notice (here or on another rank): the
         # driver requeues the job rather than calling it done.
-        preempted = self._trainer.stop_reason == "preempted"
-        self._state = "preempted" if preempted else "done"
-        return result
+        return rows, "preempted" if self._trainer.stop_reason == "preempted" else "done"
+
+    def _prepare(self, spec: JobSpec, checkpoint: dict | None,
+                 stop_after: int | None) -> tuple[list[dict], str]:
+        """A dataset's preparation (kind 'prepare'): its steps are files."""
+        from workers.datasets.prepare_job import prepare_on_ranks
+
+        assert spec.prepare is not None  # the spec requires it with kind 'prepare'
+        return prepare_on_ranks(spec.prepare, self._record), "done"
 
     def status(self) -> dict:
         """Where `train` is: for a driver that lost its call (it restarted).
@@ -259,7 +270,7 @@ class RankActor:
         `since` on: the rows before `since` the driver has recorded."""
         trainer = getattr(self, "_trainer", None)
         if trainer is not None and 0 < since <= len(self._metrics):
-            trainer.acknowledge(self._metrics[since - 1]["step"])
+            trainer.state.acknowledge(self._metrics[since - 1]["step"])
         return self._metrics[since:]
 
     def take_output(self) -> list[str]:
@@ -269,3 +280,12 @@ class RankActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+# The entry point of each kind of job (`JobSpec.kind`): (the rank, the spec,
+# the checkpoint target as a dict, stop_after) -> (its rows, the final state).
+ENTRY_POINTS: dict[str, Callable[[RankActor, JobSpec, dict | None, int | None],
+                                 tuple[list[dict], str]]] = {
+    "train": RankActor._train,
+    "prepare": RankActor._prepare,
+}

@@ -20,7 +20,9 @@ called once, after `to_empty`, with the model whose parameters are this
 rank's shards; it must write every parameter and buffer. A source that reads
 weights (Hugging Face safetensors, another job's checkpoint) reads for each
 parameter only `local_region(param)` of the full tensor, named by
-`canonical_name`. `weight_source(job)` picks the job's source.
+`canonical_name`. The caller hands the build its source (the trainer picks
+the job's: `workers.engine.init_weights.weight_source`); this module reads
+no weights itself.
 """
 
 from __future__ import annotations
@@ -114,18 +116,6 @@ class SeededInit:
             del full
 
 
-def weight_source(job: JobSpec) -> WeightSource:
-    """The job's initial weights: a Hugging Face directory's (`init.uri`,
-    each rank reading its slices: workers/engine/init_weights.py), else seeded
-    random (`init.job` loads its checkpoint over them after the build: the
-    Trainer does, as it resumes)."""
-    if job.init is not None and job.init.uri is not None:
-        from workers.engine.init_weights import HuggingFaceWeights
-
-        return HuggingFaceWeights(job.init.uri)
-    return SeededInit(job.train.seed)
-
-
 @dataclass
 class ShardedModel:
     model: Any  # the nn.Module, its root an FSDPModule too (set_requires_gradient_sync, ...)
@@ -141,8 +131,8 @@ def build_sharded(
     weights: WeightSource | None = None,
 ) -> ShardedModel:
     """The job's model with only this rank's shards allocated on `device` (on
-    the CPU where the job offloads), filled by `weights` (default:
-    `weight_source(job)`). `parallelize` turns the meta-device model into
+    the CPU where the job offloads), filled by `weights` (default: seeded
+    random, `SeededInit(job.train.seed)`). `parallelize` turns the meta-device model into
     FSDP units in place (tensor parallelism first where the job asks for it,
     workers/engine/tensor_parallel.py; `shard_model` alone otherwise) and returns
     them in forward order."""
@@ -154,5 +144,5 @@ def build_sharded(
     num_params = sum(p.numel() for p in model.parameters())
     units = parallelize(model)
     model.to_empty(device=torch.device("cpu") if job.sharding.cpu_offload else device)
-    (weights or weight_source(job)).fill(model)
+    (weights or SeededInit(job.train.seed)).fill(model)
     return ShardedModel(model, units, num_params)

@@ -2,43 +2,73 @@
 
 The model and optimizer go through DCP (sharded, resharded at load); the rest
 of what makes a resumed run continue the same curve — the step, the data
-cursor, the RNG — rides in the signed manifest's `extra`, with what the run
-looked like (world size, strategy, mesh, config hash) for the listing.
+cursor, the RNG, the unrecorded metrics rows: the `TrainState` — rides in the
+signed manifest's `extra`, with what the run looked like (world size,
+strategy, mesh, config hash) for the listing.
+
+`TrainerCheckpoints` is handed what it saves and restores (the model, the
+optimizer, the `TrainState`); it never sees the loop that owns them.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import torch
 
-from checkpoints import CheckpointTarget, decode_bytes, encode_bytes
+from checkpoints import CheckpointTarget
 from checkpoints.checkpointer import Checkpointer, LoadResult
 from checkpoints.errors import CheckpointError
-from checkpoints.manifest import finite
 from checkpoints.stateful import ModelAndOptimizer
-from workers.spec import CheckpointSpec
-
-if TYPE_CHECKING:
-    from workers.engine.trainer import Trainer
+from workers.engine.train_state import TrainState
+from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
 
-class TrainerCheckpoints:
-    """Saves and restores one rank's `Trainer`; every rank calls every method."""
+def run_info(spec: JobSpec, mesh_shape: Sequence[int]) -> dict:
+    """What the run looks like, recorded beside its state for the listing
+    (the world size is the mesh's size: (replicate,) shard (, tp))."""
+    return {
+        "world_size": math.prod(mesh_shape),
+        "sharding": spec.sharding.strategy,
+        "mesh": list(mesh_shape),
+        "tp": spec.parallelism.tp,
+        "config_hash": spec.config_hash(),
+    }
 
-    def __init__(self, target: CheckpointTarget, policy: CheckpointSpec, timeout_s: float = 600.0):
-        self.policy = policy
-        self.checkpointer = Checkpointer(target.open_store(), keep_last=policy.keep_last, timeout_s=timeout_s)
+
+class TrainerCheckpoints:
+    """Saves and restores one rank's model, optimizer and `TrainState`;
+    every rank calls every method."""
+
+    def __init__(
+        self,
+        target: CheckpointTarget,
+        spec: JobSpec,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        train_state: TrainState,
+        mesh_shape: Sequence[int],
+        timeout_s: float = 600.0,
+    ):
+        self.policy = spec.checkpoint
+        self.checkpointer = Checkpointer(target.open_store(), keep_last=self.policy.keep_last,
+                                         timeout_s=timeout_s)
+        self.model_and_optimizer = ModelAndOptimizer(model, optimizer)
+        self.train_state = train_state
+        self.run_info = run_info(spec, mesh_shape)
         self.last_saved: int | None = None
         self.failures = 0  # saves that failed in this run
 
-    def resume(self, trainer: Trainer) -> LoadResult | None:
-        """Load the newest committed step that verifies into `trainer`, at its
-        current world size and sharding; None on a fresh start.
+    def resume(self) -> LoadResult | None:
+        """Load the newest committed step that verifies into the model,
+        optimizer and train state, at the current world size and sharding;
+        None on a fresh start.
 
         Files are verified as DCP reads them into the live model and optimizer:
         a step that fails is passed over and the next older one is read over
@@ -47,9 +77,15 @@ class TrainerCheckpoints:
         attempt fails rather than train from it (a restart meets the same
         steps: the job ends failed with the reason, never silently restarted
         from a mix of two states)."""
-        result = self.checkpointer.resume({"app": ModelAndOptimizer(trainer.model, trainer.optimizer)})
+        result = self.checkpointer.resume({"app": self.model_and_optimizer})
         if result is not None:
-            restore_extra(trainer, result.extra)
+            extra = result.extra
+            if extra["config_hash"] != self.run_info["config_hash"]:
+                logger.warning(
+                    "resuming step %d saved by a different job config (hash %s, now %s)",
+                    extra["step"], extra["config_hash"][:12], self.run_info["config_hash"][:12],
+                )
+            self.train_state.load_state_dict(extra)
             self.last_saved = result.step
             for skipped in result.skipped:
                 logger.warning("checkpoint step %d passed over: %s", skipped.step, skipped.reason)
@@ -59,11 +95,12 @@ class TrainerCheckpoints:
         every = self.policy.every_steps
         return every > 0 and step % every == 0 and step != self.last_saved
 
-    def save(self, trainer: Trainer, *, blocking: bool) -> dict:
-        """Save `trainer`'s current step; returns what to add to the step's
-        metrics: `checkpoint_step` and `checkpoint_stall_s` (how long training
-        was held), or, where the save (or an async one before it) failed,
-        `checkpoint_error` and `checkpoint_failures` (this run's count so far).
+    def save(self, *, blocking: bool) -> dict:
+        """Save the train state's current step; returns what to add to the
+        step's metrics: `checkpoint_step` and `checkpoint_stall_s` (how long
+        training was held), or, where the save (or an async one before it)
+        failed, `checkpoint_error` and `checkpoint_failures` (this run's count
+        so far).
 
         A failed save never stops training: the previous committed step stays
         the one a restart loads (a save commits only with its manifest, written
@@ -73,17 +110,20 @@ class TrainerCheckpoints:
         start = time.perf_counter()
         out: dict = {}
         self._settle(out)  # an async save before this one may have failed
-        state = {"app": ModelAndOptimizer(trainer.model, trainer.optimizer)}
+        step = self.train_state.step
+        state = {"app": self.model_and_optimizer}
+        # The train state's keys (step, data, rng, metrics) beside the run's description.
+        extra = {**self.train_state.state_dict(), **self.run_info}
         try:
             if blocking or not self.policy.async_:
-                self.checkpointer.save(trainer.step, state, extra=extra_state(trainer))
+                self.checkpointer.save(step, state, extra=extra)
             else:
-                self.checkpointer.async_save(trainer.step, state, extra=extra_state(trainer))
+                self.checkpointer.async_save(step, state, extra=extra)
         except CheckpointError as e:
-            self._failed(trainer.step, e, out)
+            self._failed(step, e, out)
         else:
-            self.last_saved = trainer.step
-            out["checkpoint_step"] = trainer.step
+            self.last_saved = step
+            out["checkpoint_step"] = step
         out["checkpoint_stall_s"] = time.perf_counter() - start
         return out
 
@@ -112,42 +152,3 @@ class TrainerCheckpoints:
             self._settle()
         finally:
             self.checkpointer.close()
-
-
-def extra_state(trainer: Trainer) -> dict:
-    cfg = trainer.config
-    return {
-        "step": trainer.step,
-        "data": trainer.batches.state_dict(),
-        "rng": encode_bytes(torch.get_rng_state().numpy().tobytes()),
-        "world_size": trainer.world_size,
-        "sharding": cfg.sharding.strategy,
-        "mesh": list(trainer.mesh.shape),  # (replicate,) shard (, tp)
-        "tp": cfg.parallelism.tp,
-        "config_hash": cfg.config_hash(),
-        # The rows its reader may not have recorded (`Trainer.unrecorded`), this
-        # step's included; handed back at a resume (`restore_extra`).
-        "metrics": [_json_row(row, trainer.step) for row in trainer.unrecorded()],
-    }
-
-
-def _json_row(row: dict, saved: int) -> dict:
-    """A metrics row as the manifest can hold it: JSON has no NaN or infinity
-    (the store keeps them as None too); the saved step's row says it was saved."""
-    out = {k: finite(v) for k, v in row.items()}
-    if row["step"] == saved:
-        out["checkpoint_step"] = saved
-    return out
-
-
-def restore_extra(trainer: Trainer, extra: dict) -> None:
-    if extra["config_hash"] != trainer.config.config_hash():
-        logger.warning(
-            "resuming step %d saved by a different job config (hash %s, now %s)",
-            extra["step"], extra["config_hash"][:12], trainer.config.config_hash()[:12],
-        )
-    trainer.step = int(extra["step"])
-    trainer.carry_unrecorded(extra.get("metrics", []))
-    trainer.batches.load_state_dict(extra["data"])
-    rng = torch.frombuffer(bytearray(decode_bytes(extra["rng"])), dtype=torch.uint8)
-    torch.set_rng_state(rng)

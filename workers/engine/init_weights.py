@@ -9,8 +9,9 @@ the model after it is built and sharded: every rank reads only its own shard.
                          jobs (DCP, resharded to this job's layout): the model,
                          and the optimizer state or data cursor if asked
 
-`HuggingFaceWeights` is the sharded build's weight source for `init.uri`
-(`workers.engine.build.weight_source`): its `fill(model)` writes each parameter's
+`weight_source(job)` picks the job's source for the sharded build
+(workers/engine/build.py takes it from its caller): `HuggingFaceWeights` for
+`init.uri`, else seeded random. `HuggingFaceWeights.fill(model)` writes each parameter's
 local shard (`param.to_local()`), at the offsets its DTensor placements
 give, straight from the file where the dtypes agree, else converting the
 file's (bf16, fp16, fp32) to the parameter's.
@@ -28,13 +29,15 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+from checkpoints.checkpointer import Checkpointer
 from checkpoints.safetensors_io import SafetensorsReader
-from workers.engine.build import named_tensors
-from workers.spec import InitSpec, SpecError
+from checkpoints.stateful import ModelAndOptimizer, ModelOnly
+from workers.engine.build import SeededInit, WeightSource, named_tensors
+from workers.engine.train_state import TrainState
+from workers.spec import InitSpec, JobSpec, SpecError
 
 if TYPE_CHECKING:
     from checkpoints import CheckpointTarget
-    from workers.engine.trainer import Trainer
 
 TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                 "F64": torch.float64}
@@ -83,39 +86,48 @@ class HuggingFaceWeights:
                 local.copy_(source.view(local.shape))
 
 
-def load_job_weights(trainer: Trainer, init: InitSpec, source: CheckpointTarget) -> int:
+def weight_source(job: JobSpec) -> WeightSource:
+    """The job's initial weights for the build: a Hugging Face directory's
+    (`init.uri`, each rank reading its slices), else seeded random (`init.job`
+    loads its checkpoint over them after the build: `initialise`)."""
+    if job.init is not None and job.init.uri is not None:
+        return HuggingFaceWeights(job.init.uri)
+    return SeededInit(job.train.seed)
+
+
+def load_job_weights(init: InitSpec, source: CheckpointTarget, *, model: nn.Module,
+                     optimizer: torch.optim.Optimizer, train_state: TrainState) -> int:
     """Load the source job's committed step `init.step` (collective: every
     rank calls it): the model, resharded to this job's layout; also the
-    optimizer state (`resume_optimizer`) and data cursor (`resume_data`).
-    Returns the step loaded."""
-    from checkpoints.checkpointer import Checkpointer
-    from checkpoints.stateful import ModelAndOptimizer, ModelOnly
-
+    optimizer state (`resume_optimizer`) and the data cursor into
+    `train_state` (`resume_data`). Returns the step loaded."""
     if init.step is None:
         raise SpecError("init.step", "init.step is fixed at submit (the source's latest committed)")
     checkpointer = Checkpointer(source.open_store(), keep_last=None)
     try:
-        state = (ModelAndOptimizer(trainer.model, trainer.optimizer) if init.resume_optimizer
-                 else ModelOnly(trainer.model))
+        state = (ModelAndOptimizer(model, optimizer) if init.resume_optimizer
+                 else ModelOnly(model))
         result = checkpointer.load({"app": state}, step=init.step)
     finally:
         checkpointer.close()
     assert result is not None  # a named step that does not verify raises
     if init.resume_data:
-        trainer.batches.load_state_dict(result.extra["data"])
+        train_state.batches.load_state_dict(result.extra["data"])
     return result.step
 
 
-def initialise(trainer: Trainer, init: InitSpec, target: CheckpointTarget | None) -> str:
+def initialise(init: InitSpec, target: CheckpointTarget | None, *, model: nn.Module,
+               optimizer: torch.optim.Optimizer, train_state: TrainState) -> str:
     """After the build, on a fresh start: what `init` asks beyond the build's
     weight source (a job's checkpoint); says where the weights came from."""
-    if init.uri is not None:  # filled as the model was built (`workers.engine.build.weight_source`)
+    if init.uri is not None:  # filled as the model was built (`weight_source`)
         return f"weights from {init.uri}"
     assert init.job is not None
     if target is None:
         raise SpecError("init.job", "init.job reads the job's checkpoints: it needs the "
                                     "service's checkpoint storage (a checkpoint target)")
-    step = load_job_weights(trainer, init, target.of_job(init.job))
+    step = load_job_weights(init, target.of_job(init.job), model=model, optimizer=optimizer,
+                            train_state=train_state)
     return f"weights from job {init.job} step {step}"
 
 

@@ -7,7 +7,6 @@ single process (world size 1). Nothing here knows about Ray.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import cast
@@ -18,11 +17,13 @@ import torch.nn.functional as F
 
 from checkpoints import CheckpointTarget
 from workers.engine.build import build_sharded
+from workers.engine.checkpointing import TrainerCheckpoints
 from workers.engine.comm import CommCounter, comm_theory_bytes
 from workers.engine.compression import compress_gradients, wire_bytes_per_value
 from workers.engine.data import RankBatches, build_source
 from workers.engine.distributed import local_device
 from workers.engine.evaluation import Evaluator
+from workers.engine.init_weights import initialise, weight_source
 from workers.engine.memory import limit_allocator_slack
 from workers.engine.metrics import PeakMemory, StepMetrics, mem_theory_bytes
 from workers.engine.prefetch import BatchPrefetch
@@ -33,6 +34,7 @@ from workers.engine.tensor_parallel import (
     params_per_tp_rank,
     tp_comm_theory_bytes,
 )
+from workers.engine.train_state import TrainState
 from workers.spec import JobSpec, TrainSpec, split_evenly
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
@@ -63,12 +65,14 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainSpec) -> torch.optim.Optim
 
 
 class Trainer:
-    """One rank's model, optimizer and data, and the step that advances them."""
+    """One rank's model, optimizer and data, and the step that advances them.
+
+    `config` is the parsed spec, checked for this world size by whoever
+    started the rank (`train_rank`, the rank actor): it is not checked again."""
 
     def __init__(self, config: JobSpec, checkpoint: CheckpointTarget | None = None):
         self.config = config
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        config.check_world_size(self.world_size)
         self.device = local_device()
 
         # What a step frees goes back to the OS, not to the C heap's slack,
@@ -81,8 +85,10 @@ class Trainer:
         self.layout = build_layout(config, self.world_size, self.device.type)
         self.mesh = self.layout.mesh
         # Built on the meta device; each rank allocates and fills only its own
-        # shards, the same full weights at any world size (workers/engine/build.py).
-        built = build_sharded(config, self.device, lambda m: parallelize(m, self.layout, sh))
+        # shards, the same full weights at any world size (workers/engine/build.py),
+        # from the job's weight source (workers/engine/init_weights.py).
+        built = build_sharded(config, self.device, lambda m: parallelize(m, self.layout, sh),
+                              weights=weight_source(config))
         model, self.units, self.num_params = built.model, built.units, built.num_params
         # Error-feedback residuals live in these hooks, not in checkpoints:
         # a resumed run starts them at zero (workers/engine/compression.py).
@@ -99,32 +105,36 @@ class Trainer:
             self.layout.dp_size,
         ))
         self.evaluator = Evaluator.of(config, self.batches, self.device)
-        self.step = 0  # optimizer steps taken
+        # The step, the data cursor, the RNG and the unrecorded metrics rows:
+        # what a checkpoint carries besides the model and optimizer.
+        self.state = TrainState(self.batches)
         self.memory = PeakMemory(self.device)
         self._theory = self._comm_theory()
-        self.checkpoints = None
+        self.checkpoints: TrainerCheckpoints | None = None
         self.resumed_from: int | None = None
         self.stop_reason: str | None = None  # why the last run() stopped short, if asked to
-        # Metrics rows whose reader has not said it recorded them: a checkpoint
-        # carries them, so that a group that ends before they were read (a rank
-        # killed, the control plane down) loses none (`acknowledge`). Without a
-        # reader that acknowledges, a row counts as recorded once `on_step` has it.
+        # Whether a reader acknowledges the metrics rows it recorded
+        # (`state.acknowledge`); without one, a row counts as recorded once
+        # `on_step` has it.
         self.acknowledges = False
-        self._unrecorded: list[dict] = []  # a resumed run starts with the checkpoint's
-        self._rows_lock = threading.Lock()  # the reader acknowledges from another thread
         if checkpoint is not None:
-            from workers.engine.checkpointing import TrainerCheckpoints
-
-            self.checkpoints = TrainerCheckpoints(checkpoint, config.checkpoint)
-            loaded = self.checkpoints.resume(self)
+            self.checkpoints = TrainerCheckpoints(
+                checkpoint, config, model=model, optimizer=self.optimizer,
+                train_state=self.state, mesh_shape=tuple(self.mesh.shape),
+            )
+            loaded = self.checkpoints.resume()
             self.resumed_from = None if loaded is None else loaded.step
         # Initial weights from elsewhere, on a fresh start only: a resumed job
         # continues from its own checkpoint (workers/engine/init_weights.py).
         self.initialised_from: str | None = None
         if config.init is not None and self.resumed_from is None:
-            from workers.engine.init_weights import initialise
+            self.initialised_from = initialise(config.init, checkpoint, model=model,
+                                               optimizer=self.optimizer, train_state=self.state)
 
-            self.initialised_from = initialise(self, config.init, checkpoint)
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (the train state's)."""
+        return self.state.step
 
     def _comm_theory(self) -> float:
         """FSDP's formula over this rank's TP piece of the parameters, plus TP's."""
@@ -186,7 +196,7 @@ class Trainer:
             loss_sum.zero_()
         dist.all_reduce(loss_sum)
         step_time = time.perf_counter() - start
-        self.step += 1
+        self.state.step += 1
 
         tokens = cfg.train.global_batch_size * cfg.model.seq_len
         host_clock = self.device.type == "cpu"  # see workers/engine/comm.py: GPUs' comms are not host-timed
@@ -248,36 +258,19 @@ class Trainer:
                 final = self.step == stop and (
                     stop < end or self.config.checkpoint.every_steps > 0
                 )
-                with self._rows_lock:  # before the save: it carries this row too
-                    self._unrecorded.append(metrics)
+                self.state.record(metrics)  # before the save: it carries this row too
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
-                    metrics.update(self.checkpoints.save(self, blocking=final))
+                    metrics.update(self.checkpoints.save(blocking=final))
                 history.append(metrics)
                 if on_step is not None:
                     on_step(metrics)
                 if not self.acknowledges:
-                    self.acknowledge(self.step)
+                    self.state.acknowledge(self.step)
         finally:
             self.batches.close()
             if self.checkpoints is not None:
                 self.checkpoints.close()
         return history
-
-    def acknowledge(self, step: int) -> None:
-        """The rows up to `step` are recorded by their reader."""
-        with self._rows_lock:
-            self._unrecorded = [row for row in self._unrecorded if row["step"] > step]
-
-    def unrecorded(self) -> list[dict]:
-        """The rows not known to be recorded, oldest first (from an earlier
-        attempt's checkpoint too, until acknowledged)."""
-        with self._rows_lock:
-            return list(self._unrecorded)
-
-    def carry_unrecorded(self, rows: list[dict]) -> None:
-        """At a resume: the rows the checkpoint carried."""
-        with self._rows_lock:
-            self._unrecorded = [dict(row) for row in rows]
 
     def _max_over_ranks(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int32, device=self.device)
@@ -319,5 +312,6 @@ def train_rank(
 ) -> list[dict]:
     """Train this rank to the end of the job (or `stop_after`), resuming from
     the latest committed checkpoint when a target is given; the process group
-    must exist."""
+    must exist, and the job must run at its world size (`SpecError` if not)."""
+    config.check_world_size(dist.get_world_size())
     return Trainer(config, checkpoint).run(on_step, stop_after)

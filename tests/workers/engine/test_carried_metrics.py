@@ -48,12 +48,12 @@ def test_unacknowledged_rows_ride_in_each_checkpoint_and_come_back_at_resume(one
     assert carried(target, 10) == list(range(1, 11))
 
     resumed = Trainer(spec(12), target)
-    back = resumed.unrecorded()
+    back = resumed.state.unrecorded()
     assert [row["step"] for row in back] == list(range(1, 11))
     assert [row["loss"] for row in back] == [row["loss"] for row in straight]
     assert back[9]["checkpoint_step"] == 10  # the saved step's row says it was saved
     resumed.acknowledges = True
-    resumed.acknowledge(7)  # the reader recorded up to step 7
+    resumed.state.acknowledge(7)  # the reader recorded up to step 7
     resumed.run()
     assert carried(target, 12) == [8, 9, 10, 11, 12]
 
@@ -68,7 +68,7 @@ def test_without_a_reader_that_acknowledges_a_checkpoint_carries_only_its_own_ro
 
 
 def test_a_row_that_is_not_json_is_carried_as_none():
-    from workers.engine.checkpointing import _json_row
+    from workers.engine.train_state import _json_row
 
     row = _json_row({"step": 3, "loss": math.nan, "lr": 0.1, "exposed_comm_s": math.inf}, saved=3)
     assert row == {"step": 3, "loss": None, "lr": 0.1, "exposed_comm_s": None, "checkpoint_step": 3}
