@@ -36,6 +36,7 @@ The CLI never imports torch.
 from __future__ import annotations
 
 import gc
+import inspect
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any
@@ -61,6 +62,18 @@ app.add_typer(tenants, name="tenants")
 app.add_typer(data, name="data")
 
 
+def _one_line_summaries(group: typer.Typer) -> None:
+    """Each command's line in a list of commands: its help's first paragraph
+    on one line. Typer's rich list keeps a docstring's line breaks, which rich
+    then wraps again: a sentence cut at the docstring's margin ("(exit" alone)."""
+    for info in group.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        info.short_help = info.short_help or " ".join(text.split("\n\n")[0].split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _one_line_summaries(sub.typer_instance)
+
+
 def _version(shown: bool) -> None:
     if shown:
         try:
@@ -83,10 +96,12 @@ def _options(
 
 @app.command()
 def serve(
-    host: str = typer.Option(None, help="address to listen on [default: 127.0.0.1]"),
-    port: int = typer.Option(None, help="port to listen on; 0 picks a free one [default: 8000]"),
-    data_dir: Path = typer.Option(None, help="database, checkpoints and keys [default: ./.data]"),
-    ray_address: str = typer.Option(None, help="an existing Ray cluster [default: start a local one]"),
+    # No [brackets] in help: rich takes them for markup and drops them.
+    host: str = typer.Option(None, help="address to listen on (default: 127.0.0.1)"),
+    port: int = typer.Option(None, help="port to listen on; 0 picks a free one (default: 8000)"),
+    data_dir: Path = typer.Option(None, help="database, checkpoints, keys and the URL the CLI "
+                                  "finds (default: ./.data)"),
+    ray_address: str = typer.Option(None, help="an existing Ray cluster (default: start a local one)"),
 ) -> None:
     """Start Brigade: the control plane on Ray and the REST API."""
     import uvicorn
@@ -130,6 +145,9 @@ def _admin_key_line(settings, key: str, generated: bool) -> str:
         return (f"admin key (shown this once; kept in {settings.admin_key_file}, readable by "
                 f"you only): {key}")
     return f"admin key: generated at first start, kept in {settings.admin_key_file}"
+
+
+_one_line_summaries(app)  # once every command, serve's above included, is registered
 
 
 def main() -> None:

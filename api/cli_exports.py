@@ -18,7 +18,7 @@ def export(
     job_id: JobId,
     output: Annotated[Path, typer.Option("--output", "-o", help="the directory to write it to")],
     step: Annotated[int | None, typer.Option(
-        min=0, help="a committed step [default: the latest committed checkpoint]")] = None,
+        min=0, help="a committed step (default: the latest committed checkpoint)")] = None,
     dtype: Annotated[str, typer.Option(help="bfloat16 or float32")] = "float32",
     timeout: Annotated[float, typer.Option(help="seconds to wait for the export to be written")
                        ] = 1800.0,

@@ -27,13 +27,15 @@ from api.profiles import ProfileError, local_admin_key, resolve
 from api.schemas import JobProgress, JobPublic, MetricRow
 from service.states import JobState
 
+# No [brackets] in help: rich takes them for markup and drops them.
 Url = Annotated[str | None, typer.Option(
     "--url", envvar="BRIGADE_URL", show_default=False,
-    help="the Brigade API [default: the profile's, else the URL of a `brigade serve` in this "
-         "directory, else http://127.0.0.1:8000]")]
+    help="the Brigade API (default: the profile's, else that of a `brigade serve` in this "
+         "directory, else http://127.0.0.1:8000)")]
 Key = Annotated[str | None, typer.Option(
     "--key", envvar="BRIGADE_API_KEY", show_default=False,
-    help="API key [default: the profile's, else the admin key of a `brigade serve` in this directory]")]
+    help="API key (default: the profile's, else the admin key of a `brigade serve` in this "
+         "directory)")]
 JobId = Annotated[str, typer.Argument(help="a job id (see `brigade jobs`)")]
 Follow = Annotated[bool, typer.Option("--follow", "-f", help="follow until the job ends")]
 
