@@ -50,7 +50,7 @@ def show(
     storage_options: Options = None,
 ) -> None:
     """A dataset's index, then samples 0..N-1 as a job with this seq_len and seed reads them."""
-    from workers.cluster.errors import DataError
+    from workers.datasets.errors import DataError
     from workers.datasets.index import join, read_index
     from workers.datasets.token_shards import TokenShardSource
     from workers.datasets.tokenizer import load_tokenizer
@@ -100,7 +100,7 @@ def prepare(
     """Tokenize files into a token dataset on Ray: shards, the tokenizer, the index last."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from workers.cluster.errors import DataError
+    from workers.datasets.errors import DataError
     from workers.datasets.prepare import prepare as run_prepare
 
     if train_tokenizer == (tokenizer is not None) or train_tokenizer != (vocab_size is not None):

@@ -1,9 +1,13 @@
 """What can go wrong with a worker group, as exceptions the supervisor can tell apart.
 
 Driver-side only (no torch, no Ray), and picklable so they can cross processes.
+A job's bad data is the datasets' own error (`DataError`, workers/datasets/errors.py);
+`is_permanent` tells it apart once it has crossed from a rank as a message.
 """
 
 from __future__ import annotations
+
+from workers.datasets.errors import DataError
 
 
 class WorkerGroupError(RuntimeError):
@@ -42,28 +46,8 @@ class RankHungError(RankError):
     interpreter): the job needs a new group, as for a lost rank."""
 
 
-class DataError(ValueError):
-    """A job's data is wrong in a way a restart cannot fix (a missing or
-    corrupt shard, a token id outside the vocabulary, a tokenizer that does
-    not parse): the job fails at once, naming `file`, without using up its
-    restarts. The control plane tells it apart by `is_permanent` on the
-    message that crosses from the rank."""
-
-    def __init__(self, file: str, message: str):
-        super().__init__(f"{file}: {message}")
-        self.file = file
-
-    def __reduce__(self):
-        return _data_error, (self.file, str(self))
-
-
-def _data_error(file: str, text: str) -> DataError:
-    error = DataError(file, "")
-    error.args = (text,)
-    return error
-
-
-PERMANENT_MARK = "DataError: "  # how a rank's failure reads when its cause is a DataError
+# How a rank's failure reads when its cause is a `DataError` (workers/datasets/errors.py).
+PERMANENT_MARK = f"{DataError.__name__}: "
 
 
 def is_permanent(message: str) -> bool:

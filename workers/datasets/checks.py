@@ -5,12 +5,12 @@ sha256 matches), the tokenizer parses, and the model's vocabulary covers
 the dataset's. A refusal is a SpecError at the field whose uri is at fault,
 its message naming the file; what only reading every token can show (an id
 past the vocabulary) is found by the ranks, which fail the job naming the
-file without restarting it (workers.cluster.errors.DataError).
+file without restarting it (workers.datasets.errors.DataError).
 """
 
 from __future__ import annotations
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.datasets.index import DatasetIndex, join, read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
 from workers.datasets.storage import data_storage_options

@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 
 FORMAT = "brigade-tokens"
 VERSION = 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.datasets.index import DatasetIndex, join
 
 HASH_CHUNK = 4 << 20  # checksums are streamed in chunks of this

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.datasets.index import (
     INDEX_FILE,
     TOKENIZER_FILE,

@@ -5,7 +5,7 @@ rank, after the checks a restart cannot fix (DataError, naming the file).
 
 from __future__ import annotations
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.datasets.index import read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
 from workers.datasets.storage import data_storage_options

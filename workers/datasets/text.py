@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.datasets.order import mix64
 from workers.datasets.tokenizer import eod_id, load_tokenizer, vocab_size
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.datasets.index import DatasetIndex, join, read_index
 from workers.datasets.order import mix64
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

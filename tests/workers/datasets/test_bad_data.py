@@ -12,11 +12,12 @@ import shutil
 import numpy as np
 import pytest
 
+from workers.cluster.errors import is_permanent
 from workers.datasets.checks import check_job_data
+from workers.datasets.errors import DataError
 from workers.datasets.prepare import expand_inputs
 from workers.datasets.sources import token_source
 from workers.datasets.token_shards import TokenShardSource
-from workers.cluster.errors import DataError, is_permanent
 from workers.spec import JobSpec, SpecError
 
 

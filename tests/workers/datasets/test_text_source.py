@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from tests.workers.datasets.corpus import documents, write_jsonl, write_parquet
+from workers.datasets.errors import DataError
 from workers.datasets.text import TEXT_MAX_BYTES, TextSource
 from workers.datasets.tokenizer import load_tokenizer
-from workers.cluster.errors import DataError
 
 
 def test_jsonl_and_parquet_give_the_same_ids_and_samples(tmp_path, corpus_dir):
