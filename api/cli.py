@@ -7,7 +7,8 @@
                                         (-f: follow it; exit 0 if it succeeds, 1 otherwise)
     brigade jobs [--state S] [--tenant T]   list jobs
     brigade get|status|events ID        one job; where it is; its state changes
-    brigade metrics ID [--format csv|jsonl] its per-step metrics
+    brigade metrics ID [--columns C,..] [--format csv|jsonl]
+                                        its per-step metrics (loss, lr, tokens/s, ...)
     brigade logs ID [-f] [--tail N]     its whole log; -f follows it with a progress bar
     brigade wait ID                     until it ends (exit 0 if it succeeded)
     brigade cancel|suspend|delete ID    stop it (suspend: checkpoint first); remove it

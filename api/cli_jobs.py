@@ -21,10 +21,11 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from api import cli_metrics as metric_columns
 from api.cli_output import Output, OutputFormat, emit, or_dash, plain, when
 from api.client import BrigadeClient, BrigadeError
 from api.profiles import ProfileError, local_admin_key, resolve
-from api.schemas import JobProgress, JobPublic, MetricRow
+from api.schemas import JobProgress, JobPublic
 from service.states import JobState
 
 # No [brackets] in help: rich takes them for markup and drops them.
@@ -82,12 +83,14 @@ def jobs(
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """List jobs, newest first (the admin: every tenant's)."""
+    """List jobs, newest first (the admin: every tenant's): kind, state,
+    world size, step of steps."""
     with _client(url, key) as client:
         page = client.jobs(state=state, limit=limit, offset=offset, tenant=tenant)
     emit(page, output, lambda: (
-        ("ID", "TENANT", "NAME", "STATE", "WORKERS", "STEP", "CREATED"),
-        [(j.id, j.tenant, j.name, j.state.value, or_dash(j.workers), j.step, when(j.created_at))
+        ("ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS", "STEP", "CREATED"),
+        [(j.id, j.tenant, j.name, j.spec.kind, j.state.value, or_dash(j.workers),
+          f"{j.step}/{j.spec.train.steps}", when(j.created_at))  # a prepare job's steps: its files
          for j in page.items]))
     if output is OutputFormat.table and page.total > page.offset + len(page.items):
         typer.echo(f"({page.total} in all; --offset {page.offset + len(page.items)} for more)", err=True)
@@ -139,29 +142,38 @@ def events(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, 
 def metrics(
     job_id: JobId,
     since_step: Annotated[int, typer.Option(min=0, help="from this step on")] = 0,
+    columns: Annotated[str | None, typer.Option(
+        "--columns", help="the columns, comma-separated: any of a row's fields (`-o json` names "
+        "them), or `all` (default: step, loss, eval_loss, lr, tokens_per_s, step_time_s, "
+        "peak_mem_bytes)")] = None,
     format_: Annotated[MetricsFormat | None, typer.Option(
         "--format", case_sensitive=False, help="csv or jsonl: one row a step, for a file")] = None,
     output: Output = OutputFormat.table,
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """A job's metrics, one row a step."""
+    """A job's metrics, one row a step: loss, eval loss, learning rate,
+    tokens/s, step time and memory unless --columns says otherwise."""
     with _client(url, key) as client:
         rows = client.metrics(job_id, since_step=since_step)
     if format_ is MetricsFormat.jsonl:
         for row in rows:
             typer.echo(row.model_dump_json(exclude_none=True))
         return
-    columns = [name for name in MetricRow.model_fields
-               if any(getattr(row, name) is not None for row in rows)] or ["step"]
+    try:
+        shown = metric_columns.chosen(columns or ("all" if format_ else None), rows)
+    except metric_columns.UnknownColumn as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     if format_ is MetricsFormat.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
+        writer.writerow(shown)
         for row in rows:
-            writer.writerow([_cell(getattr(row, name)) for name in columns])
+            writer.writerow([_cell(getattr(row, name)) for name in shown])
         return
-    emit(rows, output, lambda: ([c.upper() for c in columns],
-                                [tuple(_short(getattr(row, c)) for c in columns) for row in rows]))
+    emit(rows, output, lambda: ([metric_columns.header(c) for c in shown],
+                                [tuple(metric_columns.cell(c, getattr(row, c)) for c in shown)
+                                 for row in rows]))
 
 
 def logs(
@@ -307,9 +319,3 @@ def _cell(value) -> str:
     if value is None:
         return ""
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
-
-
-def _short(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return or_dash(_cell(value) if isinstance(value, dict | list) else value)

@@ -68,6 +68,44 @@ def test_status_events_and_metrics(brigade, client, store):
     client.cancel(job.id)
 
 
+def test_metrics_table_shows_columns_for_people_or_those_asked(brigade, client, store):
+    job = client.submit(SPEC)
+    store.transition(job.id, "STARTING", reason="admitted", workers=2, attempt=1)
+    store.transition(job.id, "RUNNING", reason="started")
+    ended = 1_796_000_000.0
+    store.record_metrics(job.id, 1, [
+        {**row, "step_time_s": 0.25, "peak_mem_bytes": 3 * 2**20, "wall_time": ended + row["step"],
+         "comm_bytes": 4096} for row in rows(2)] + [
+        {**rows(1, start=3)[0], "eval_loss": 5.5, "step_time_s": 1.5, "wall_time": ended + 3}])
+
+    table = brigade("metrics", job.id)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["STEP", "LOSS", "EVAL", "LOSS", "LR", "TOKENS/S", "STEP", "TIME", "MEMORY"]
+    assert lines[1].split() == ["1", "5.9000", "-", "1.00e-03", "100", "250", "ms", "3.0", "MiB"]
+    assert lines[3].split() == ["3", "5.7000", "5.5000", "1.00e-03", "100", "1.50", "s", "-"]
+
+    picked = brigade("metrics", job.id, "--columns", "step,wall_time,comm_bytes")
+    assert picked.exit_code == 0, picked.output
+    from datetime import datetime
+    local = datetime.fromtimestamp(ended + 1).strftime("%Y-%m-%d %H:%M:%S")
+    assert picked.stdout.splitlines()[0].split() == ["STEP", "TIME", "COMM"]
+    assert picked.stdout.splitlines()[1].split() == ["1", *local.split(), "4.0", "KiB"]
+    assert "e+09" not in picked.stdout
+    every = brigade("metrics", job.id, "--columns", "all").stdout.splitlines()[0]
+    assert "COMM_BYTES_BY_OP" in every and "TIME" in every
+
+    wrong = brigade("metrics", job.id, "--columns", "step,lose")
+    assert wrong.exit_code == 2 and "no metrics column 'lose' (did you mean loss" in wrong.stderr
+
+    # Scripts get the rows as the API has them, whatever the table shows.
+    as_json = json.loads(brigade("metrics", job.id, "-o", "json").stdout)
+    assert as_json[0]["wall_time"] == ended + 1 and as_json[0]["comm_bytes_by_op"] == {"all_gather": 10}
+    as_yaml = yaml.safe_load(brigade("metrics", job.id, "-o", "yaml", "--columns", "step").stdout)
+    assert as_yaml == as_json
+    client.cancel(job.id)
+
+
 def test_logs_read_whole_and_their_tail(brigade, client, store):
     job = client.submit(SPEC)
     store.append_log(job.id, [f"line {i}" for i in range(2500)])
