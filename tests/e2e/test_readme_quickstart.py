@@ -1,0 +1,68 @@
+"""The README's quick start, as written: the shell lines a new user types
+after `make serve` (the block after the README's `<!-- quick start: ... -->`
+marker) run one by one, literally, in bash from the checkout's root, against a
+fresh `brigade serve` (tests/e2e/serve_harness.py: its own port, data dir and
+local Ray head). The CLI is told nothing but where that serve keeps its data
+(BRIGADE_DATA_DIR, what `.data/` is for a user): it finds the URL and the
+admin key there, as a user's does. A README that drifts from the CLI fails."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.serve_harness import Server
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- quick start:"
+
+
+def quick_start(readme: str) -> list[str]:
+    """The commands of the sh block after the marker, a line each (comments kept: bash drops them)."""
+    after = readme[readme.index(MARKER):]
+    block = re.search(r"```sh\n(.*?)```", after, re.DOTALL)
+    assert block, f"no ```sh block after {MARKER!r} in README.md"
+    return [line for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_quick_start_block_is_found():
+    lines = quick_start((ROOT / "README.md").read_text())
+    assert lines and all(line.startswith(".venv/bin/brigade ") for line in lines), lines
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    # No BRIGADE_ADMIN_KEY: the serve generates its key and keeps it in its data dir, as at a
+    # user's first `make serve`.
+    srv = Server(tmp_path_factory.mktemp("quickstart"), env={"BRIGADE_ADMIN_KEY": ""}).start()
+    yield srv
+    srv.stop()
+
+
+def test_the_readme_quick_start_runs_as_written(server, tmp_path):
+    assert (ROOT / ".venv" / "bin" / "brigade").exists(), "the quick start runs .venv/bin/brigade"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("BRIGADE_URL", "BRIGADE_API_KEY", "BRIGADE_ADMIN_KEY", "BRIGADE_PROFILE")}
+    env |= {"BRIGADE_DATA_DIR": str(server.data_dir),  # what ./.data is to a user
+            "BRIGADE_CONFIG": str(tmp_path / "no-profiles.yaml"), "COLUMNS": "120"}
+    said = []
+    for line in quick_start((ROOT / "README.md").read_text()):
+        started = time.monotonic()
+        ran = subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=180)
+        print(f"{time.monotonic() - started:.1f} s: {line}")  # pytest -s: where the minute goes
+        said.append((line, ran))
+        assert ran.returncode == 0, (f"{line}\nexit {ran.returncode}\nstdout:\n{ran.stdout[-3000:]}"
+                                     f"\nstderr:\n{ran.stderr[-3000:]}\n{server.log_tail()}")
+
+    # The first submits the demo job and follows it to its end; the list shows it finished.
+    (_, submitted), *rest = said
+    job_id = submitted.stdout.split()[0]
+    assert job_id.startswith("j-") and "SUCCEEDED" in submitted.stderr, submitted
+    listing = next((ran.stdout for line, ran in rest if " jobs" in line), "")
+    assert any(row.startswith(job_id) and "SUCCEEDED" in row for row in listing.splitlines()), listing
