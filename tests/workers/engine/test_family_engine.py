@@ -105,13 +105,19 @@ def test_llama_levers_change_nothing_numerically(groups, single_process):
     assert losses(per_rank[0]) == pytest.approx(single_process(llama_job()), abs=1e-5)
 
 
-@pytest.mark.parametrize("sharding", [
-    {"grad_compression": "bf16"}, {"grad_compression": "int8"},
-    {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
+# The levers are lossy (gradients rounded to bf16 or quantised to int8 on the wire,
+# forward and backward computed in bf16), so no 1e-5 equivalence: measured here,
+# 12 steps of this Llama at world size 2 end within 4.5e-6 (bf16 gradients),
+# 1.1e-5 (int8) and 3.7e-5 (bf16 params) relative of the fp32 single-process curve,
+# the same on a rerun (deterministic). The bounds are ~5x those: a lever gone
+# wrong by more than its rounding (a coarser code, a lost scale) fails them.
+@pytest.mark.parametrize(("sharding", "rel"), [
+    ({"grad_compression": "bf16"}, 3e-5), ({"grad_compression": "int8"}, 6e-5),
+    ({"param_dtype": "bfloat16", "reduce_dtype": "float32"}, 2e-4),
 ], ids=["bf16-grads", "int8-grads", "bf16-params"])
-def test_llama_trains_with_compression_and_mixed_precision(groups, single_process, sharding):
+def test_llama_trains_with_compression_and_mixed_precision(groups, single_process, sharding, rel):
     got = losses(groups.get(2).train(llama_job(**sharding))[0])
     reference = single_process(llama_job())
     assert all(loss == loss for loss in got)  # no NaN
     assert got[-1] < got[0]
-    assert got == pytest.approx(reference, rel=0.05)  # lossy, but the same curve
+    assert got == pytest.approx(reference, rel=rel)  # lossy, but the same curve
