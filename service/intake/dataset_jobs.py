@@ -8,7 +8,7 @@ runs it). Torch-free."""
 from __future__ import annotations
 
 from service.intake.data_access import check_data_uri
-from workers.cluster.errors import DataError
+from workers.datasets.errors import DataError
 from workers.spec import JobSpec, PrepareSpec, SpecError
 
 
