@@ -80,7 +80,7 @@ def test_error_feedback_loses_nothing_over_time():
 
 
 def test_compressed_gradients_average_like_fsdp_with_and_without_replicas():
-    script = Path(__file__).with_name("compressed_grads.py")
+    script = Path(__file__).parents[1] / "compressed_grads.py"  # tests/workers/
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
          "--standalone", str(script)],  # its store at a port the kernel picks as it binds
@@ -120,21 +120,19 @@ def test_compressed_reduce_scatter_moves_a_quarter_or_half_the_bytes(group):
 
 @pytest.mark.ray
 def test_int8_with_error_feedback_ends_within_two_percent_of_uncompressed(group, record_property):
+    # What error feedback itself does is told apart from no feedback in
+    # test_error_feedback_in_the_engine_carries_each_steps_error_to_the_next: the
+    # final losses of the two cannot tell (at 200 steps of this tiny model they
+    # end within a few tenths of a percent, in an order that flips with the seed).
     runs = {
         "none": group.train(job(200))[0],
         "int8": group.train(job(200, grad_compression="int8"))[0],
-        "int8, no error feedback": group.train(
-            job(200, grad_compression="int8", grad_error_feedback=False)
-        )[0],
     }
     final = {name: tail_loss(metrics) for name, metrics in runs.items()}
     record_property("losses_after_200_steps", final)
     print("mean loss of steps 191-200:", final)
     assert final["int8"] == pytest.approx(final["none"], rel=0.02), final
-    # Without error feedback it does no better (same batches, same seed) beyond
-    # this run's noise: at 200 steps of this tiny model the two end within a few
-    # tenths of a percent, in an order that flips with the initial weights.
-    assert final["int8, no error feedback"] >= final["int8"] * (1 - 0.005), final
+    assert losses(runs["int8"]) != losses(runs["none"])  # the int8 path was taken
     assert final["none"] < 0.7 * runs["none"][0]["loss"]  # it did learn
 
 
@@ -165,3 +163,27 @@ def test_resume_with_int8_follows_the_uninterrupted_curve(group, tmp_path):
     assert losses(first) == losses(straight[:10])
     assert [m["step"] for m in resumed] == list(range(11, 31))
     assert losses(resumed) == pytest.approx(losses(straight[10:]), rel=1e-3)
+
+
+# -- error feedback in the engine: two spawned gloo ranks --------------------------------
+
+
+def test_error_feedback_in_the_engine_carries_each_steps_error_to_the_next():
+    """The engine's int8 reduce-scatter (FSDP2's hook, as the Trainer installs it)
+    given one batch's gradient k times, the weights held still: with error
+    feedback the sum of what arrived is k times the true gradient within one
+    step's error; without it, the same error adds up k times."""
+    import tempfile
+
+    from tests.checkpoints.ckpt_harness import run_ranks
+    from tests.workers.engine.feedback_ranks import repeated_gradient
+
+    k = 20
+    with tempfile.TemporaryDirectory() as out:
+        run_ranks(repeated_gradient, 2, out, k)
+        drifts = [json.loads(Path(f"{out}/drift-{rank}.json").read_text()) for rank in (0, 1)]
+    print("drift of the sum of k int8 gradients from k x the true one, per rank:", drifts)
+    for drift in drifts:
+        assert 0 < drift["one_step"] < 0.02 * drift["grad_max"], drift  # int8 is close, not exact
+        assert drift["True"] <= 2 * drift["one_step"], drift
+        assert drift["False"] >= 0.5 * k * drift["one_step"], drift
