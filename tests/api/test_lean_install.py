@@ -40,8 +40,8 @@ def lean_venv(tmp_path_factory):
     """A fresh venv with the wheel of this checkout installed, its requirements and all."""
     work = tmp_path_factory.mktemp("lean")
     source = work / "src"  # a copy: building writes build/ and *.egg-info beside the sources
-    packages = {p.split(".")[0] for p in tomllib.loads((ROOT / "pyproject.toml").read_text())
-                ["tool"]["setuptools"]["packages"]}
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = {pattern.rstrip("*") for pattern in find["find"]["include"]}
     for name in packages:
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):

@@ -10,6 +10,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from setuptools import find_packages
 from sqlalchemy import create_engine, inspect
 from store_harness import race, submit
 
@@ -18,7 +19,7 @@ from service.store.engine import build_engines, normalize_url
 from service.store.models import Base
 from service.store.store import MIGRATIONS_DIR, alembic_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLES = {"jobs", "job_changes", "job_events", "job_metrics", "job_logs", "tenants",
           "dashboard_sessions", "audit_events"}
 
@@ -95,7 +96,9 @@ def test_the_migrations_ship_with_the_package():
     }
     assert packages == {"service.store", "service.store.migrations",
                         "service.store.migrations.versions"}
-    assert packages <= set(setuptools["packages"])
+    # what setuptools finds with pyproject's own include patterns (the wheel's packages)
+    found = find_packages(where=str(ROOT), include=setuptools["packages"]["find"]["include"])
+    assert packages <= set(found)
     assert (migrations / "script.py.mako").exists()
     assert "script.py.mako" in setuptools["package-data"]["service.store.migrations"]
     assert not list(migrations.glob("*.ini"))  # configured in code: alembic_config()
