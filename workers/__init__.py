@@ -1,6 +1,5 @@
-"""What runs inside Ray actors: rank actor, rendezvous, the sharded engine,
-models, resumable data, the train loop and its metrics.
-
-Modules that the control plane imports (config, group, rank_actor) must not
-import torch at module level; the engine modules do.
+"""The job and what runs it, by concern: `spec` (the job schema, torch-free), `engine` (torch:
+the sharded train loop, never ray), `cluster` (the Ray runtime that runs the engine on ranks),
+`models` and `datasets`. Inside, imports point `cluster -> engine -> (models | datasets) -> spec`
+(docs/architecture.md).
 """
