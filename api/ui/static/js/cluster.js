@@ -1,6 +1,6 @@
 "use strict";
 // The cluster: capacity against usage, the caller's queue with why each job
-// waits, and each tenant's fair share and quota use; refreshed every 3 s.
+// waits, and each tenant's fair share, quota use and data prefix; refreshed every 3 s.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, number, percent} = Brigade;
 
@@ -26,7 +26,8 @@ document.addEventListener("DOMContentLoaded", () => {
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(q.id)}`}, q.name), el("div", {class: "muted mono small"}, q.id)),
       el("td", {class: "reason"}, q.waiting || "not yet looked at"))), "None of your jobs is waiting.", 3);
     fill(document.querySelector("#shares tbody"), shares.items.map((s) => el("tr", {},
-      el("th", {scope: "row"}, s.tenant), el("td", {class: "num"}, number(s.weight, 2)),
+      el("th", {scope: "row"}, s.tenant, el("div", {class: "muted small", title: "its data prefix: a job's data.uri lies under it"}, el("code", {}, s.data_prefix || ""))),
+      el("td", {class: "num"}, number(s.weight, 2)),
       el("td", {class: "num"}, percent(s.entitled)), el("td", {class: "num"}, percent(s.share_now)),
       el("td", {class: "num"}, number(s.service, 1)),
       el("td", {class: "num"}, limit(s.running_jobs, s.quota.max_running_jobs)),
