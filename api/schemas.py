@@ -46,6 +46,7 @@ class JobPublic(_Public):
     finished_at: datetime | None = None
     error: str | None = None
     waiting: str | None = None  # a queued job: why it did not start at the latest scheduling pass
+    latest_loss: float | None = None  # the newest metrics row's loss (a training job's); None: none yet
 
 
 class JobsPublic(BaseModel):
@@ -122,6 +123,12 @@ class MetricRow(_Public):
     # eval steps (every eval.every_steps): the validation loss over a fixed set of samples
     eval_loss: float | None = None
     eval_perplexity: float | None = None
+    # a dataset's preparation (kind 'prepare'): one row a file, `step` = files done
+    file: str | None = None  # the file's name
+    tokens: int | None = None
+    documents: int | None = None
+    shards: int | None = None  # token shards written from it
+    file_s: float | None = None  # seconds it took
 
 
 class LogLine(_Public):

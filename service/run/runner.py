@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -264,6 +265,9 @@ class JobRunner(threading.Thread):
         service_metrics.observe_checkpoint_saves(rows)
         self._track(job, rows)
         fields: dict = {"step": rows[-1]["step"]}
+        losses = [r["loss"] for r in rows if r.get("loss") is not None and math.isfinite(r["loss"])]
+        if losses:
+            fields["latest_loss"] = losses[-1]
         if any("checkpoint_step" in r for r in rows):
             checkpoint = self._latest_checkpoint(job)
             if checkpoint is not None:

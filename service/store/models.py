@@ -118,6 +118,8 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # the loss of the newest metrics row that has one (0007): what the jobs list shows
+    latest_loss: Mapped[float | None] = mapped_column(Float)
 
     def to_record(self) -> JobRecord:
         return job_record(self)
@@ -148,7 +150,7 @@ def job_row_record(row: Any) -> JobRecord:
     an ORM object costs ~30)."""
     (id_, tenant, name, state, spec, priority, workers, requested_workers, step, restarts,
      preemptions, checkpoint_step, checkpoint_world_size, attempt, error, idempotency_key,
-     created_at, started_at, finished_at, updated_at) = row
+     created_at, started_at, finished_at, updated_at, latest_loss) = row
     checkpoint = None
     if checkpoint_step is not None:
         checkpoint = {"step": checkpoint_step, "world_size": checkpoint_world_size}
@@ -158,7 +160,7 @@ def job_row_record(row: Any) -> JobRecord:
         requested_workers=requested_workers, step=step, restarts=restarts,
         preemptions=preemptions, latest_checkpoint=checkpoint, attempt=attempt, error=error,
         idempotency_key=idempotency_key, created_at=created_at, started_at=started_at,
-        finished_at=finished_at, updated_at=updated_at,
+        finished_at=finished_at, updated_at=updated_at, latest_loss=latest_loss,
     )
 
 
@@ -175,6 +177,7 @@ def job_record(job: Any) -> JobRecord:
         preemptions=job.preemptions, latest_checkpoint=checkpoint, attempt=job.attempt,
         error=job.error, idempotency_key=job.idempotency_key, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, updated_at=job.updated_at,
+        latest_loss=job.latest_loss,
     )
 
 

@@ -99,6 +99,7 @@ class JobRecord:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    latest_loss: float | None = None  # the newest metrics row's loss; None: none yet
 
     @cached_property
     def spec(self) -> JobSpec:

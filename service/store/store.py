@@ -58,7 +58,7 @@ METRICS_BATCH = 500  # rows per upsert statement (SQLite caps bound parameters)
 _MIGRATION_LOCK = int.from_bytes(b"brigade!", "big")  # a Postgres advisory lock key
 _SETTABLE = frozenset(
     {"priority", "workers", "requested_workers", "step", "restarts", "preemptions",
-     "attempt", "error", "latest_checkpoint"}
+     "attempt", "error", "latest_checkpoint", "latest_loss"}
 )
 
 
@@ -290,7 +290,7 @@ class JobStore:
     def update_job(self, job_id: str, **fields) -> JobRecord:
         """Set job fields other than its state: priority, workers,
         requested_workers, step, restarts, preemptions, attempt, error,
-        latest_checkpoint ({"step", "world_size"} or None)."""
+        latest_checkpoint ({"step", "world_size"} or None), latest_loss."""
         changes = {**_column_values(fields), "updated_at": utcnow()}
         with self._write() as session:
             job = self._update(session, job_id, changes)

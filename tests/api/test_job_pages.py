@@ -71,6 +71,10 @@ def test_a_kept_page_shows_every_change_in_the_very_next_get(served):
         other.update_job(second.id, step=4)  # a field the page shows, not the state
         steps = {j["id"]: j["step"] for j in tenant.get("/v1/jobs").json()["items"]}
         assert steps[second.id] == 4
+        other.update_job(second.id, latest_loss=3.25)  # the newest loss, in the list itself
+        items = {j["id"]: j for j in tenant.get("/v1/jobs").json()["items"]}
+        assert items[second.id]["latest_loss"] == 3.25 and items[first.id]["latest_loss"] is None
+        assert items[second.id]["spec"]["kind"] == "train"  # the list's kind column
 
         other.delete_job(first.id)  # a deleted job
         assert _listed(tenant) == {second.id: "QUEUED"}
@@ -118,3 +122,23 @@ def test_the_event_loop_answers_with_every_pooled_connection_held_by_threads(ser
         release.set()
         for thread in threads:
             thread.join(10)
+
+
+def test_a_preparations_page_is_its_files_not_a_models_curves(served):
+    from workers.spec import JobSpec
+
+    url, store, _ = served
+    spec = JobSpec.model_validate({
+        "name": "prep", "kind": "prepare", "workers": 1, "model": {},
+        "train": {"steps": 2, "global_batch_size": 8}, "checkpoint": {"every_steps": 0},
+        "prepare": {"inputs": ["file:///d/a.jsonl", "file:///d/b.jsonl"], "output": "file:///d/out",
+                    "train_vocab_size": 512}})
+    prep, _ = store.create_job(tenant="admin", name="prep", spec=spec)
+    train = _submit(store, "admin", "train")
+    with httpx.Client(base_url=url, timeout=5) as browser:
+        browser.post("/ui/session", json={"api_key": ADMIN_KEY}).raise_for_status()
+        page = browser.get(f"/jobs/{prep.id}").text
+        assert 'data-kind="prepare"' in page and 'id="prepare-files"' in page
+        assert "chart-memory" not in page and 'id="checkpoints"' not in page and 'id="exports"' not in page
+        page = browser.get(f"/jobs/{train.id}").text
+        assert 'data-kind="train"' in page and "chart-memory" in page and "prepare-files" not in page

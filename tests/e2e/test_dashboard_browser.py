@@ -32,6 +32,12 @@ data: {source: builtin}
 train: {steps: 600, global_batch_size: 12, lr: 0.003}
 checkpoint: {every_steps: 5, keep_last: 2}
 """
+# A job with an export (a Llama model has a Hugging Face one), made while the preparation runs.
+LLAMA = {"name": "dash-llama", "workers": 1, "resources_per_worker": {"cpu": 1},
+         "model": {"family": "llama", "n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16,
+                   "vocab_size": 256},
+         "data": {"source": "builtin"}, "train": {"steps": 4, "global_batch_size": 4},
+         "checkpoint": {"every_steps": 2}}
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +116,25 @@ def events_text(browser: Browser) -> str:
     return text_of(browser, "#events tbody")
 
 
+def lines_high(browser: Browser, css: str) -> float:
+    """How many of its own lines tall the (first) element matching `css` is."""
+    return browser.driver.execute_script(
+        "const e = document.querySelector(arguments[0]); const s = getComputedStyle(e);"
+        "const line = parseFloat(s.lineHeight) || parseFloat(s.fontSize) * 1.2;"
+        "return e.getBoundingClientRect().height / line;", css)
+
+
+def at_phone_width(browser: Browser, check) -> None:
+    """`check()` at 1280 px, then again at phone width (390 px)."""
+    check()
+    browser.resize(390, 844)
+    try:
+        time.sleep(0.3)
+        check()
+    finally:
+        browser.resize(1280, 900)
+
+
 def test_sign_in_sets_an_httponly_samesite_strict_cookie(server, browser, tenants):
     sign_in(browser, server, tenants["team-a"]["api_key"])
     cookie = browser.driver.get_cookie(COOKIE)
@@ -140,6 +165,18 @@ def test_a_submitted_jobs_curve_grows_then_suspend_and_resume_from_the_page(serv
 
     first = wait_for("a curve", lambda: points(browser), timeout_s=120)
     wait_for("the curve to grow", lambda: points(browser) > first, timeout_s=60)
+    # the memory chart says what it measures (a CPU job: the process's RSS) against what theory
+    wait_for("the memory curve", lambda: points(browser, "peak_mem_bytes"))
+    memory = d.find_element(By.ID, "chart-memory")
+    assert memory.get_attribute("data-device") == "cpu"
+    caption = text_of(browser, "#chart-memory figcaption")
+    assert "process resident memory" in caption and "model state" in caption, caption
+    measured = text_of(browser, "#chart-memory .legend [data-series='peak_mem_bytes']")
+    theory = text_of(browser, "#chart-memory .legend [data-series='mem_theory_bytes']")
+    assert measured.startswith("measured: process peak RSS: "), measured
+    assert theory.startswith("theory: model state per rank (params + grads + Adam"), theory
+    note = text_of(browser, "#chart-memory .chart-note")
+    assert "resident memory (RSS)" in note and "16 bytes a parameter" in note, note
     assert "RUNNING" in text_of(browser, "#job-state")
     ranks = wait_for("the ranks and their nodes",
                      lambda: re.findall(r"\d+\.\d+\.\d+\.\d+", text_of(browser, "#workers tbody")))
@@ -184,6 +221,97 @@ def test_csrf_token_missing_or_another_sessions_is_refused_in_the_browser(server
     d.find_element(By.ID, "cancel").click()
     wait_for("the cancel", lambda: "cancel requested by" in events_text(browser) or
              "CANCELLED" in text_of(browser, "#job-state"), timeout_s=30)
+    clean(browser, server)
+
+
+def test_a_preparations_page_shows_its_files_and_their_progress(server, browser, tenants, state):
+    from selenium.webdriver.common.by import By
+
+    from tests.workers.datasets.corpus import write_inputs, write_tokenizer
+
+    data = f"file://{server.data_dir.resolve()}/data-store/tenants/team-a/data"
+    write_tokenizer(f"{data}/tokenizer.json")
+    names = [uri.rsplit("/", 1)[-1] for uri in write_inputs(f"{data}/raw", files=3, docs_per_file=40)]
+    with httpx.Client(base_url=server.url, timeout=30,
+                      headers={"Authorization": f"Bearer {tenants['team-a']['api_key']}"}) as team_a:
+        llama = team_a.post("/v1/jobs", json=LLAMA)
+        assert llama.status_code == 201, llama.text
+        state["llama"] = llama.json()["id"]
+        answer = team_a.post("/v1/datasets", json={
+            "name": "dash-prepare", "inputs": [f"{data}/raw/*"], "output": f"{data}/corpus",
+            "tokenizer": f"{data}/tokenizer.json", "workers": 2, "tokens_per_shard": 2000})
+        assert answer.status_code == 201, answer.text
+    job_id = state["prepare"] = answer.json()["id"]
+    d = browser.driver
+    d.get(server.url + f"/jobs/{job_id}")
+    assert text_of(browser, "#job-kind") == "dataset preparation"
+    wait_for("every file tokenized", lambda: len(d.find_elements(By.CSS_SELECTOR, "#prepare-files tr.done")) == 3
+             and "SUCCEEDED" in text_of(browser, "#job-state"), timeout_s=180)
+    assert [td.text for td in d.find_elements(By.CSS_SELECTOR, "#prepare-files td.path")] == names
+    progress = d.find_element(By.ID, "prepare-progress")
+    assert progress.get_attribute("value") == progress.get_attribute("max") == "3"
+    rows = server.get(f"/v1/jobs/{job_id}/metrics")
+    tokens = sum(r["tokens"] for r in rows)
+    summary = text_of(browser, "#prepare-summary")
+    assert summary.startswith(f"3 of 3 files tokenized \u00b7 {tokens:,} tokens"), summary
+    assert f"{data}/corpus" in text_of(browser, "#prepare-where")
+    assert points(browser, "tokens_per_s") == 3  # tokens/s of each file
+    # nothing of a model: no loss, memory or communication curve, no checkpoints
+    for absent in ("chart-loss", "chart-memory", "chart-comm", "checkpoints", "exports"):
+        assert not d.find_elements(By.ID, absent), absent
+    assert text_of(browser, "#job-facts").startswith("file 3 of 3")
+    clean(browser, server)
+
+
+def test_the_jobs_list_shows_each_jobs_kind_and_latest_loss(server, browser, state):
+    from selenium.webdriver.common.by import By
+
+    d = browser.driver
+    d.get(server.url + "/")
+    wait_for("the jobs", lambda: len(d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr[data-job-id]")) >= 3)
+    headers = [th.text for th in d.find_elements(By.CSS_SELECTOR, "#jobs-table thead th")]
+    assert headers[:5] == ["Job", "Kind", "State", "Step", "Loss"], headers
+
+    def cells(job_id: str) -> list[str]:
+        return [td.text for td in d.find_elements(By.CSS_SELECTOR, f"tr[data-job-id='{job_id}'] td")]
+
+    loss = server.job(state["job"])["latest_loss"]
+    assert loss is not None and loss > 0
+    live = cells(state["job"])
+    assert live[1] == "train" and live[4] == f"{loss:.3f}", live
+    prep = cells(state["prepare"])
+    assert prep[1] == "prepare" and prep[3] == "3 / 3 files" and prep[4] == "-", prep
+
+    def one_line() -> None:
+        assert lines_high(browser, f"tr[data-job-id='{state['job']}'] .id") < 1.5
+        assert d.execute_script("return document.documentElement.scrollWidth") <= \
+            d.execute_script("return window.innerWidth")
+    at_phone_width(browser, one_line)
+    clean(browser, server)
+
+
+def test_an_export_id_and_the_job_id_stay_on_one_line(server, browser, state):
+    from selenium.webdriver.common.by import By
+
+    job_id = state["llama"]
+    wait_for("the Llama job", lambda: server.job(job_id)["state"] == "SUCCEEDED", timeout_s=180)
+    made = server.http.post(f"/v1/jobs/{job_id}/exports", json={})
+    assert made.status_code == 202, made.text
+    export = made.json()["id"]
+    assert "-" in export  # where a browser would break it
+    wait_for("the export", lambda: any(x["id"] == export for x in server.get(f"/v1/jobs/{job_id}/exports")),
+             timeout_s=120)
+    d = browser.driver
+    d.get(server.url + f"/jobs/{job_id}")
+    wait_for("the export's row", lambda: d.find_elements(By.CSS_SELECTOR, "#exports .export-id"))
+    assert d.find_element(By.CSS_SELECTOR, "#exports .export-id").get_attribute("title") == export
+
+    def one_line() -> None:
+        assert lines_high(browser, "#exports .export-id") < 1.5
+        assert lines_high(browser, "#job-id") < 1.5
+        assert d.execute_script("return document.documentElement.scrollWidth") <= \
+            d.execute_script("return window.innerWidth")
+    at_phone_width(browser, one_line)
     clean(browser, server)
 
 

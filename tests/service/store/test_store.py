@@ -94,6 +94,16 @@ def test_idempotency_holds_under_concurrent_submits(store):
     assert total == 1 and len(store.events(jobs[0].id)) == 1
 
 
+def test_latest_loss_is_kept_on_the_job_and_read_with_every_list(store):
+    job = submit(store)
+    assert job.latest_loss is None  # none until the runner records a row with a loss
+    assert store.update_job(job.id, step=3, latest_loss=2.5).latest_loss == 2.5
+    assert store.get_job(job.id).latest_loss == 2.5
+    [listed], _ = store.list_jobs(tenant="acme")  # the API's read: columns by position
+    assert listed.latest_loss == 2.5 and listed == store.get_job(job.id)
+    assert store.update_job(job.id, latest_loss=None).latest_loss is None
+
+
 def test_update_job_sets_fields_but_never_the_state(store):
     job = submit(store)
     updated = store.update_job(job.id, step=40, workers=3, requested_workers=2, error="slow",

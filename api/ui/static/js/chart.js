@@ -46,7 +46,9 @@ const Chart = (() => {
   }
 
   // figure: the <figure> to draw into; lines: [{name, key, data: {step, value}, cls, dashed}];
-  // opts.log: a log10 value axis (for series orders of magnitude apart)
+  // opts.log: a log10 value axis (for series orders of magnitude apart); opts.note: a
+  // caption under the legend saying what the lines measure; opts.xLabel: the x axis's unit
+  // (default "step")
   function draw(figure, title, lines, marks, format, opts) {
     const log = Boolean(opts && opts.log);
     const fy = log ? (v) => Math.log10(Math.max(v, 1e-12)) : (v) => v;
@@ -87,7 +89,7 @@ const Chart = (() => {
       grid.append(t);
     }
     const xl = svg("text", {x: W - M.r, y: H - 2, "text-anchor": "end", class: "axis-label"});
-    xl.textContent = "step";
+    xl.textContent = (opts && opts.xLabel) || "step";
     grid.append(xl);
     root.append(grid);
     for (const m of marks || []) {
@@ -109,11 +111,18 @@ const Chart = (() => {
     for (const l of present) {
       const item = document.createElement("span");
       item.className = `key ${l.cls}` + (l.dashed ? " dashed" : "");
+      item.dataset.series = l.key;
       const last = l.data.value[l.data.value.length - 1];
       item.textContent = `${l.name}: ${format(last)} (${l.data.step.length} points)`;
       legend.append(item);
     }
     figure.append(legend);
+    if (opts && opts.note) {
+      const note = document.createElement("p");
+      note.className = "chart-note";
+      note.textContent = opts.note;
+      figure.append(note);
+    }
   }
 
   return {draw};

@@ -1,7 +1,9 @@
 "use strict";
 // The jobs page: a filtered, paged list that refreshes its states every 2 s.
+// Each job's kind (training, or a dataset's preparation) and latest loss come
+// with the list itself (`latest_loss` on each job: no request per job).
 document.addEventListener("DOMContentLoaded", () => {
-  const {api, el, fill, badge, time} = Brigade;
+  const {api, el, fill, badge, number, time} = Brigade;
   const stateFilter = document.getElementById("state-filter");
   const nameFilter = document.getElementById("name-filter");
   const pageSize = document.getElementById("page-size");
@@ -11,7 +13,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const next = document.getElementById("next-page");
   const pageLabel = document.getElementById("page-label");
 
-  const admin = document.querySelectorAll("#jobs-table thead th").length === 8;
+  const admin = document.getElementById("jobs-table").dataset.admin === "true";
+  const columns = document.querySelectorAll("#jobs-table thead th").length;
   const query = new URLSearchParams(location.search);
   stateFilter.value = query.get("state") || "";
   if (stateFilter.value !== (query.get("state") || "")) stateFilter.value = "";
@@ -34,18 +37,24 @@ document.addEventListener("DOMContentLoaded", () => {
     history.replaceState(null, "", "/?" + p.toString());
     const page = await api("GET", "/v1/jobs?" + p.toString());
     total = page.total;
-    const rows = page.items.map((job) => el("tr", {"data-job-id": job.id},
+    const rows = page.items.map((job) => {
+      const kind = job.spec.kind || "train";
+      return el("tr", {"data-job-id": job.id, "data-kind": kind},
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
-        el("div", {class: "muted mono small"}, job.id)),
+        el("div", {class: "muted mono small id", title: job.id}, job.id)),
       admin ? el("td", {class: "hide-narrow"}, job.tenant) : null,
+      el("td", {class: "hide-narrow"}, el("span", {class: `kind kind-${kind}`}, kind)),
       el("td", {}, badge(job.state)),
-      el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}`),
+      el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}` + (kind === "prepare" ? " files" : "")),
+      el("td", {class: "num loss"}, kind === "prepare" || job.latest_loss === null || job.latest_loss === undefined
+        ? "-" : number(job.latest_loss, 3)),
       el("td", {class: "num hide-narrow"}, job.workers ?? "-"),
       el("td", {class: "num hide-narrow"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
       el("td", {class: "hide-narrow"}, time(job.created_at)),
       el("td", {class: "note hide-narrow"}, job.waiting || job.error || ""),
-    ));
-    fill(tbody, rows, "No jobs match.", admin ? 8 : 7);
+      );
+    });
+    fill(tbody, rows, "No jobs match.", columns);
     const limit = page.limit;
     const first = total ? page.offset + 1 : 0;
     const last = Math.min(total, page.offset + page.items.length);
