@@ -13,9 +13,12 @@ from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
 from api.request_metrics import HTTP_METRICS, RequestMetrics
 from api.routes import audit, cluster, health, jobs, logs, tenants, usage
+from api.routes import data as data_routes
 from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
+from service.intake.tenant_data import TenantData
 from service.observability.metrics import registry_for
+from service.store.tenants import ADMIN_TENANT
 
 
 def create_app(supervisor) -> FastAPI:
@@ -31,10 +34,22 @@ def create_app(supervisor) -> FastAPI:
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.routes.exports
     app.include_router(datasets_router)  # a dataset's preparation, as a job: api.routes.datasets
+    app.include_router(tenants.whoami_router)  # the caller's tenant, data prefix, quota and use
+    app.include_router(data_routes.router)  # files under the caller's data prefix: api.routes.data
     install_dashboard(app, supervisor.store, settings)
     install_error_handlers(app)
     access_log.install()
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, by_prefix={
+        data_routes.PREFIX: (settings.max_upload_bytes, "BRIGADE_MAX_UPLOAD_BYTES")})
     app.add_middleware(RequestMetrics)  # outermost: every answer counts, refusals too
     app.state.metrics = registry_for(supervisor, *HTTP_METRICS)
+    _make_data_folders(supervisor)
     return app
+
+
+def _make_data_folders(supervisor) -> None:
+    """Every tenant's data folder, the admin's too, where the data root is
+    local (a tenant made before folders were made with it gets one here)."""
+    root = supervisor.settings.resolved_data_uri_root
+    for name in (ADMIN_TENANT, *(t.name for t in supervisor.store.tenants.list())):
+        TenantData(root, name).make_folder()

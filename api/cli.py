@@ -19,12 +19,14 @@
                                         save a profile (the CLI and BrigadeClient() read it)
     brigade tenants create|list|get|update|delete|rotate-key
                                         tenants and their API keys (the admin key)
+    brigade whoami                      your tenant, data prefix, quota and what you use
     brigade audit [--tenant --action --target --since]
                                         who did what, when, from where (the admin key)
     brigade train job.yaml -n 2         run one engine config straight on Ray,
                                         without the service (a developer's tool)
-    brigade data show|prepare           a token dataset's samples, decoded; tokenize files
-                                        into one on Ray (--service: as a job)
+    brigade data upload LOCAL [NAME]    put files under your data prefix; prints their URIs
+    brigade data prefix|show|prepare    your data prefix; a token dataset's samples, decoded;
+                                        tokenize files into one on Ray (--service: as a job)
 
 Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY), else
 the profile's (`brigade --profile NAME`, BRIGADE_PROFILE, else the default
@@ -49,7 +51,7 @@ from api.cli_data import data
 from api.cli_exports import export
 from api.cli_jobs import PROFILE, register_job_commands
 from api.cli_service import register_service_commands
-from api.cli_tenants import tenants
+from api.cli_tenants import tenants, whoami
 from api.cli_train import train
 from api.profiles import record_server_url
 
@@ -58,6 +60,7 @@ register_job_commands(app)
 app.command()(export)
 register_service_commands(app)
 app.command()(audit)
+app.command()(whoami)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
 app.add_typer(data, name="data")

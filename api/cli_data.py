@@ -1,28 +1,37 @@
-"""`brigade data`: token datasets.
+"""`brigade data`: your data prefix, and token datasets.
 
+    brigade data upload LOCAL [NAME]        put a local file (or each file of a local
+                                            folder) under your data prefix, through the
+                                            API; prints each one's URI (for data.uri)
+    brigade data prefix                     your data prefix (a URI)
     brigade data show URI [--samples 3]     a dataset's index, and samples decoded
                                             with its own tokenizer (what a job reads)
     brigade data prepare --input GLOB ... --output PREFIX (--tokenizer T |
                          --train-tokenizer --vocab-size N) [--field text] [--workers 2]
                                             tokenize files into token shards on Ray
 
-Both read and write through fsspec (file://, s3://, ...; `--storage-options`
-takes fsspec options as JSON). `prepare` runs on a Ray cluster directly (like
-`brigade train`: `--ray-address`, or a local one); with `--service` it is
-queued as a job of the service instead (`POST /v1/datasets`; `-f` follows it).
-Neither imports torch; `prepare` imports ray when it runs on Ray.
+`upload` and `prefix` speak to the service (`PUT /v1/data/{path}`, `GET
+/v1/whoami`). `show` and `prepare` read and write through fsspec (file://,
+s3://, ...; `--storage-options` takes fsspec options as JSON). `prepare` runs
+on a Ray cluster directly (like `brigade train`: `--ray-address`, or a local
+one); with `--service` it is queued as a job of the service instead (`POST
+/v1/datasets`; `-f` follows it). None imports torch; `prepare` imports ray
+when it runs on Ray.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from api.cli_jobs import Key, Url, _client, _end_with, _follow_with_progress
+from api.cli_output import Output, OutputFormat, emit, plain
 
-data = typer.Typer(no_args_is_help=True, help="Token datasets: look at one, prepare one on Ray.")
+data = typer.Typer(no_args_is_help=True,
+                   help="Your data prefix: upload to it; token datasets: look at one, prepare one.")
 
 Options = Annotated[str | None, typer.Option(
     "--storage-options", envvar="BRIGADE_DATA_STORAGE_OPTIONS",
@@ -39,6 +48,55 @@ def _options(raw: str | None) -> dict:
 def _fail(error: Exception) -> typer.Exit:
     typer.echo(f"error: {error}", err=True)
     return typer.Exit(1)
+
+
+@data.command()
+def upload(
+    local: Annotated[Path, typer.Argument(
+        exists=True, readable=True, help="a local file, or a folder (each file under it)")],
+    name: Annotated[str | None, typer.Argument(
+        help="where under your data prefix (default: LOCAL's name; ending with '/': a folder "
+             "to put it in)")] = None,
+    output: Output = OutputFormat.table,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Put a local file, or each file of a local folder, under your data
+    prefix (through the API, streamed); prints where each one went: its URI,
+    for a spec's data.uri or `data prepare --input`."""
+    files = _files_to_upload(local, name)
+    if not files:
+        raise _fail(ValueError(f"{local}: no file to upload"))
+    stored = []
+    with _client(url, key) as client:
+        for source, target in files:
+            put = client.upload(source, target)
+            stored.append({"local": str(source), **plain(put)})
+            if output is OutputFormat.table:
+                verb = "replaced" if put.replaced else "uploaded"
+                typer.echo(f"{verb} {source} ({put.bytes} bytes): {put.uri}")
+    if output is not OutputFormat.table:
+        emit(stored, output)
+
+
+def _files_to_upload(local: Path, name: str | None) -> list[tuple[Path, str]]:
+    """(local file, path under the prefix) for a file, or for each file
+    under a folder (by name, hidden ones too; links followed)."""
+    base = local.resolve().name if name is None else name
+    if base.endswith("/"):
+        base += local.resolve().name
+    if local.is_file():
+        return [(local, base)]
+    return [(f, f"{base}/{f.relative_to(local).as_posix()}")
+            for f in sorted(local.rglob("*")) if f.is_file()]
+
+
+@data.command()
+def prefix(url: Url = None, key: Key = None) -> None:
+    """Your data prefix: the URI your files go under (`data upload`) and a
+    spec's data.uri must lie under."""
+    with _client(url, key) as client:
+        typer.echo(client.whoami().data_prefix)
 
 
 @data.command()

@@ -1,6 +1,7 @@
 """`brigade tenants ...`: the admin's commands for tenants (create, list, get,
 update, delete, rotate-key). A tenant's API key is printed once, on stdout
-alone, at `create` and `rotate-key`."""
+alone, at `create` and `rotate-key`. `brigade whoami` (any key): your own
+tenant, data prefix, quota and what you use of it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 
 from api.cli_jobs import Key, Url, _client
 from api.cli_output import Output, OutputFormat, emit, when
-from api.schemas import TenantKey
+from api.schemas import TenantKey, WhoamiPublic
 from workers.spec import MAX_PRIORITY
 
 TenantId = Annotated[str, typer.Argument(help="a tenant id (see `brigade tenants list`)")]
@@ -82,6 +83,36 @@ def rotate_key(tenant_id: TenantId, url: Url = None, key: Key = None) -> None:
     """A new API key for a tenant (printed once); the old one stops working now."""
     with _client(url, key) as client:
         _say_key(client.rotate_key(tenant_id), "new key for")
+
+
+def whoami(output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:
+    """Who your key is: your tenant, your data prefix (where `brigade data
+    upload` puts files; a spec's data.uri lies under it), your quota and what
+    your jobs hold and wait for now."""
+    with _client(url, key) as client:
+        me = client.whoami()
+    if output is not OutputFormat.table:
+        return emit(me, output)
+    rows = _whoami_rows(me)
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        typer.echo(f"{name.ljust(width)}  {value}")
+
+
+def _whoami_rows(me: WhoamiPublic) -> list[tuple[str, str]]:
+    def of(used, limit) -> str:
+        return f"{used:g} of {'unlimited' if limit is None else f'{limit:g}'}"
+
+    quota, now = me.quota, me.usage
+    rows = [("tenant", me.tenant + (f" ({me.tenant_id})" if me.tenant_id else " (the admin key)")),
+            ("data prefix", me.data_prefix),
+            ("running jobs", of(now.running_jobs, quota.max_running_jobs)),
+            ("queued jobs", of(now.queued_jobs, quota.max_queued_jobs)),
+            ("workers", of(now.workers, quota.max_workers)),
+            ("gpus", of(now.gpu, quota.max_gpus)),
+            ("cpus held", f"{now.cpu:g}"),
+            ("max priority", str(me.max_priority)), ("weight", f"{me.weight:g}")]
+    return rows
 
 
 def _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs) -> dict:

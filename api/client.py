@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
@@ -37,6 +38,7 @@ from api.schemas import (
     AuditPublic,
     CheckpointPublic,
     ClusterPublic,
+    DataFilePublic,
     EventPublic,
     ExportPublic,
     ExportStartedPublic,
@@ -50,6 +52,7 @@ from api.schemas import (
     TenantPublic,
     TenantsPublic,
     UsageReport,
+    WhoamiPublic,
     WorkerPublic,
 )
 from service.states import JobState
@@ -303,6 +306,32 @@ class BrigadeClient:
         return self._call(AuditPublic, "GET", "/v1/audit",
                           params={**params, "limit": limit, "offset": offset})
 
+    # Who you are, and your data
+
+    def whoami(self) -> WhoamiPublic:
+        """Your tenant (the admin key: `admin`), data prefix, quota and what you use of it now."""
+        return self._call(WhoamiPublic, "GET", "/v1/whoami")
+
+    def upload(self, local: str | Path, path: str) -> DataFilePublic:
+        """Put a local file at `path` under your data prefix (`PUT /v1/data/{path}`,
+        streamed); the answer's `uri` is what a spec's `data.uri` names. The
+        server's sha256 of what it received is checked against the file's."""
+        local = Path(local)
+        digest = hashlib.sha256()
+        with open(local, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        timeout = httpx.Timeout(self._http.timeout.connect, read=STREAM_READ_TIMEOUT_S,
+                                write=STREAM_READ_TIMEOUT_S)
+        with open(local, "rb") as f:  # streamed, its length declared (a 413 comes before any byte)
+            stored = self._call(DataFilePublic, "PUT", f"/v1/data/{_path_in_url(path)}", content=f,
+                                headers={"Content-Type": "application/octet-stream"},
+                                timeout=timeout, idempotent=False)
+        if stored.sha256 != digest.hexdigest():
+            raise BrigadeError(409, f"{local}: arrived at {stored.uri} with another sha256 "
+                                    "(changed while it was sent?)")
+        return stored
+
     # The service
 
     def cluster(self) -> ClusterPublic:
@@ -354,6 +383,14 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def _path_in_url(path: str) -> str:
+    """`path` percent-encoded for a URL, its `.` and `..` segments too (sent
+    as they are, an HTTP client resolves them away: the server must see them
+    to refuse them)."""
+    return "/".join(quote(s, safe="") if s not in (".", "..") else s.replace(".", "%2E")
+                    for s in path.split("/"))
 
 
 def _given(**fields) -> dict:

@@ -252,6 +252,8 @@ class TenantPublic(_Public):
     weight: float
     created_at: datetime
     updated_at: datetime
+    # where its data goes: the only place its specs' data uris may name (None: a server before it)
+    data_prefix: str | None = None
 
 
 class TenantKey(TenantPublic):
@@ -314,10 +316,45 @@ class TenantSharePublic(_Public):
     share_now: float  # dominant share of the cluster held now, 0..1
     entitled: float  # weight over the weights of the tenants wanting something now
     service: float  # dominant share-seconds over the fair-share window (latest pass)
+    data_prefix: str | None = None  # where its data goes
 
 
 class TenantSharesPublic(BaseModel):
     items: list[TenantSharePublic]
+
+
+class TenantUsageNow(_Public):
+    """What a tenant's jobs hold and wait for now, against its quota."""
+
+    running_jobs: int = 0
+    queued_jobs: int = 0
+    workers: int = 0
+    cpu: float = 0.0
+    gpu: float = 0.0
+
+
+class WhoamiPublic(BaseModel):
+    """`GET /v1/whoami`: the caller's tenant (the admin key: "admin"), where
+    its data goes, its limits and what it uses of them now."""
+
+    tenant: str
+    tenant_id: str | None = None  # None for the admin, which has no tenant record
+    admin: bool
+    data_prefix: str  # `data.uri` in a spec, inputs and outputs of a dataset: under here
+    quota: TenantQuota
+    max_priority: int
+    weight: float
+    usage: TenantUsageNow
+
+
+class DataFilePublic(_Public):
+    """A file under the caller's data prefix (`PUT`/`GET /v1/data/{path}`)."""
+
+    path: str  # relative to the prefix
+    uri: str  # what a spec's `data.uri` (or a dataset's input) names
+    bytes: int
+    sha256: str | None = None  # an upload's, as the server received it
+    replaced: bool = False  # the upload replaced a file of that path
 
 
 class SessionCreate(BaseModel):

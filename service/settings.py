@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     fair_share_window_s: float = Field(3600.0, gt=0)
     fair_share_horizon_s: float = Field(60.0, gt=0)
     max_body_bytes: int = 1 << 20
+    # a file put under a tenant's data prefix through the API (PUT /v1/data/{path}) may be this large
+    max_upload_bytes: int = Field(1 << 30, ge=1)
     rate_limit_per_s: float = Field(50.0, gt=0)  # each tenant's sustained /v1 requests per second
     rate_limit_burst: int = Field(100, ge=1)  # ... and how many it may send at once
     stream_max_s: float = 600.0  # a followed log stream closes after this; clients reconnect

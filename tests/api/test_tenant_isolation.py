@@ -1,14 +1,18 @@
 """Tenant isolation (the README: "A tenant sees only its own jobs: another's are
 404 on every route"), generated from the app's own /openapi.json: every route
 (every method) with a path parameter naming a resource (a job, an export,
-an export's file, a tenant) is called by tenant B on tenant A's real
-resources: a real job, a real committed export of it, A's own tenant record.
+an export's file, a tenant, a data file) is called by tenant B on tenant A's
+real resources: a real job, a real committed export of it, A's own tenant
+record, a file A uploaded under its data prefix.
 
 B's answer is 404, the same body as for an id that does not exist (another
 tenant's resource is not even confirmed to exist), or, on a route only the
 admin may call, the 403 that A gets too. Nothing of A's changes. Then A
 replays each 404'd request and is answered something other than 404: the
-404 came from isolation, not from a wrong URL.
+404 came from isolation, not from a wrong URL. A route whose path is relative
+to the caller's own data prefix (`PUT /v1/data/{path}`, CALLER_SCOPED) cannot
+name A's file at all: B's request writes B's own, under B's prefix, and A's
+file stays as it was.
 
 A new route is covered without an edit here. A route whose path parameter
 or request body this file does not know fails the test (it does not skip):
@@ -30,19 +34,24 @@ from service.states import JobState
 
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
 EXPORT_FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\x08" + b"\0" * 63}
+DATA_FILE = "iso/a.jsonl"  # A's upload, under A's data prefix
 UNKNOWN = {"job_id": "j-000000000000", "export_id": export_id(7, "bfloat16"), "name": "nothing.json",
-           "tenant_id": "t-000000000000"}
+           "tenant_id": "t-000000000000", "path": "nothing/none.jsonl"}
 # A minimal valid body for each route that takes one and names a resource.
 BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/v1/jobs/{job_id}/resume"): {"workers": 1},
     ("POST", "/v1/jobs/{job_id}/exports"): {"dtype": "float32"},
     ("PATCH", "/v1/tenants/{tenant_id}"): {"weight": 2},
+    ("PUT", "/v1/data/{path}"): {"text": "an upload's raw body"},
 }
+# Routes whose path is relative to the caller's own data prefix: B's request reaches B's own.
+CALLER_SCOPED = {("PUT", "/v1/data/{path}")}
 # Routes the schema must list (a schema read wrongly would otherwise cover nothing, and pass).
 EXPECTED = {("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
             ("GET", "/v1/jobs/{job_id}/series"), ("POST", "/v1/jobs/{job_id}/exports"),
             ("GET", "/v1/jobs/{job_id}/exports/{export_id}/files/{name}"),
-            ("GET", "/v1/jobs/{job_id}/logs"), ("POST", "/v1/tenants/{tenant_id}/keys")}
+            ("GET", "/v1/jobs/{job_id}/logs"), ("POST", "/v1/tenants/{tenant_id}/keys"),
+            ("GET", "/v1/data/{path}"), ("PUT", "/v1/data/{path}")}
 PARAM = re.compile(r"{([^}]+)}")
 
 
@@ -74,10 +83,11 @@ def filled(path: str, values: dict[str, str]) -> str:
     return PARAM.sub(lambda m: values[m.group(1)], path)
 
 
-def order(route: tuple[str, str, dict]) -> tuple[int, str, str]:
-    """DELETE last: A's replays run in this order, and a deleted job answers nothing more."""
+def order(route: tuple[str, str, dict]) -> tuple[bool, bool, str, str]:
+    """DELETE last: A's replays run in this order, and a deleted job answers nothing more;
+    before it the caller-scoped writes (B's upload makes a file of B's at A's file's path)."""
     method, path, _ = route
-    return (method == "DELETE", path, method)
+    return (method == "DELETE", (method, path) in CALLER_SCOPED, path, method)
 
 
 @pytest.fixture
@@ -121,7 +131,8 @@ def snapshot(http, a: httpx.Client, job_id: str, tenant_id: str) -> dict:
             "events": a.get(f"/v1/jobs/{job_id}/events").json(),
             "logs": a.get(f"/v1/jobs/{job_id}/logs").json(),
             "exports": a.get(f"/v1/jobs/{job_id}/exports").json(),
-            "tenant": http.get(f"/v1/tenants/{tenant_id}").json()}
+            "tenant": http.get(f"/v1/tenants/{tenant_id}").json(),
+            "data": a.get(f"/v1/data/{DATA_FILE}").content}
 
 
 def test_every_resource_route_of_the_schema_is_404_to_another_tenant(http, as_key, supervisor):
@@ -134,8 +145,9 @@ def test_every_resource_route_of_the_schema_is_404_to_another_tenant(http, as_ke
     a, b = as_key(tenant_a.api_key), as_key(create_tenant(http).api_key)
     job = a.post("/v1/jobs", json=SPEC).json()
     ident = committed_export(supervisor, job["id"])
+    assert a.put(f"/v1/data/{DATA_FILE}", content=b'{"text": "A\'s"}\n').status_code == 201
     values = {"job_id": job["id"], "export_id": ident, "name": "model.safetensors",
-              "tenant_id": tenant_a.id}
+              "tenant_id": tenant_a.id, "path": DATA_FILE}
     assert [e["id"] for e in a.get(f"/v1/jobs/{job['id']}/exports").json()] == [ident]
     before = snapshot(http, a, job["id"], tenant_a.id)
     assert before["job"]["state"] == JobState.QUEUED
@@ -144,8 +156,13 @@ def test_every_resource_route_of_the_schema_is_404_to_another_tenant(http, as_ke
     for method, path, op in routes:
         body = body_of(method, path, op)
         response = b.request(method, filled(path, values), json=body)
-        unknown = b.request(method, filled(path, UNKNOWN), json=body)
         where = f"{method} {path}"
+        if (method, path) in CALLER_SCOPED:  # B's own, under B's prefix
+            assert response.status_code < 300, (where, response.status_code, response.text)
+            assert f"/tenants/{tenant_a.name}/" not in response.text, (where, response.text)
+            refused[(method, path)] = response.status_code
+            continue
+        unknown = b.request(method, filled(path, UNKNOWN), json=body)
         assert response.status_code in (403, 404), (where, response.status_code, response.text)
         message = response.json()["error"]["message"]
         assert "not found" in message if response.status_code == 404 else "admin" in message, \
@@ -165,7 +182,9 @@ def test_every_resource_route_of_the_schema_is_404_to_another_tenant(http, as_ke
     for method, path, op in routes:
         response = a.request(method, filled(path, values), json=body_of(method, path, op))
         where = f"{method} {path}"
-        if refused[(method, path)] == 404:
+        if (method, path) in CALLER_SCOPED:
+            assert response.status_code < 300, (where, response.status_code, response.text)
+        elif refused[(method, path)] == 404:
             assert response.status_code != 404 and response.status_code < 500, \
                 (where, response.status_code, response.text)
         else:
