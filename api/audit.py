@@ -19,7 +19,7 @@ The admin reads the trail at `GET /v1/audit` (`api.routes.audit`).
 
 Actions are named `resource.verb`: job.submit, job.cancel, job.suspend,
 job.resume, job.delete, job.export; tenant.create, tenant.update,
-tenant.delete, tenant.rotate_key.
+tenant.delete, tenant.rotate_key; data.upload.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from workers.datasets.storage import data_storage_options
 from workers.spec import SpecError
 
 MAX_PATH = 1024  # characters of a path under the prefix
+MAX_NAME = 255  # bytes of one of its segments (a file or folder name, as most filesystems allow)
 READ_CHUNK = 1 << 20
 
 
@@ -65,6 +66,8 @@ class TenantData:
         """The file's URI under the prefix; `DataPathRefused` for a path that leaves it."""
         if not path or len(path) > MAX_PATH:
             raise DataPathRefused(path, f"must be 1 to {MAX_PATH} characters")
+        if any(len(name.encode()) > MAX_NAME for name in path.split("/")):
+            raise DataPathRefused(path, f"has a name over {MAX_NAME} bytes")
         if path.startswith("/") or "://" in path:
             raise DataPathRefused(path, "must be relative to your data prefix (no leading '/', "
                                         "no scheme)")

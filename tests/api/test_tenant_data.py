@@ -135,7 +135,7 @@ def test_an_upload_lands_under_the_prefix_with_the_same_bytes(tenant, server, st
 @pytest.mark.parametrize("path", [
     "%2E%2E/x.jsonl", "raw/%2E%2E/%2E%2E/%2E%2E/other/data/x.jsonl", "/etc/passwd", "raw//x.jsonl",
     "raw/%2E/x.jsonl", "a%0Ab.jsonl", "a%01b.jsonl", "a%5Cb.jsonl", "file:%2F%2F%2Fetc%2Fpasswd", "x::y",
-    "%252e%252e/x", "raw/",
+    "%252e%252e/x", "raw/", "x" * 256,
 ])
 def test_a_path_that_leaves_the_prefix_is_a_422_naming_it(tenant, as_key, store_root, path):
     name, key = tenant
