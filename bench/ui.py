@@ -14,10 +14,11 @@ with `--rows` metrics rows. Then, one request at a time on loopback:
 Latency is the client's (it includes HTTP on loopback): an upper bound on
 the server's time. Goal: the jobs page answers in <= 200 ms.
 
-Then real tiny jobs run (one suspended and resumed on the way, one left
-waiting for room), and headless Chromium (tests/e2e/browser.py) takes a
-screenshot of every page at 1280 px, and of the jobs and job pages at phone
-width, into docs/ui/.
+Then real tiny jobs run (one suspended and resumed on the way, then
+exported; one left waiting for room; a dataset's preparation of six
+files), and headless Chromium (tests/e2e/browser.py) takes a screenshot of
+every page at 1280 px, and of the jobs and job pages at phone width, into
+docs/ui/.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from bench.server import KEY, BrigadeServer
 
 SPEC = {"name": "history", "workers": 1, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2,
                                                     "seq_len": 16}, "train": {"steps": 10}}
-LIVE = {"name": "demo-gpt", "workers": 2, "resources_per_worker": {"cpu": 1},
-        "model": {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32},
+LIVE = {"name": "demo-llama", "workers": 2, "resources_per_worker": {"cpu": 1},
+        "model": {"family": "llama", "n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32,
+                  "vocab_size": 256},
         "data": {"source": "builtin"}, "train": {"steps": 160, "global_batch_size": 12, "lr": 0.003},
         "checkpoint": {"every_steps": 20, "keep_last": 3}}
 GOAL_MS = 200.0
@@ -84,7 +86,7 @@ def fill_store(server: BrigadeServer, jobs: int, rows: int) -> str:
         store.record_metrics(long_job.id, 1, metrics)
         for to in (JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED):
             store.transition(long_job.id, to, reason="made up by bench.ui", workers=1)
-        store.update_job(long_job.id, step=rows)
+        store.update_job(long_job.id, step=rows, latest_loss=metrics[-1]["loss"])
     finally:
         store.dispose()
     return long_job.id
@@ -206,6 +208,13 @@ def screenshots(server: BrigadeServer, ui_dir: Path) -> list[Path]:
     wait(server, live["id"], lambda j: j["state"] == "SUSPENDED")
     http.post(f"/v1/jobs/{live['id']}/resume", json={"workers": 2}).raise_for_status()
     wait(server, live["id"], lambda j: j["state"] == "SUCCEEDED", timeout_s=300)
+    export = http.post(f"/v1/jobs/{live['id']}/exports", json={}).json()["id"]
+    deadline = time.monotonic() + 120
+    while not any(x["id"] == export for x in server.get(f"/v1/jobs/{live['id']}/exports")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"export {export} of {live['id']} not committed in 120 s")
+        time.sleep(0.3)
+    prep = prepare_job(server)
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {team['api_key']}"},
                       timeout=60) as vision:
         small = vision.post("/v1/jobs", json={**LIVE, "name": "vision-small",
@@ -237,6 +246,7 @@ def screenshots(server: BrigadeServer, ui_dir: Path) -> list[Path]:
         shot("jobs", "/", "#jobs-table tbody tr[data-job-id]")
         shot("job", f"/jobs/{live['id']}", "polyline[data-series='loss']", 4)
         shot("job-running", f"/jobs/{small['id']}", "polyline[data-series='loss']", 4)
+        shot("job-prepare", f"/jobs/{prep['id']}", "#prepare-files tr.done", 2)
         shot("submit", "/submit", "#spec-yaml", 0.5)
         d.find_element(By.ID, "spec-yaml").send_keys("\nsharding: {strategy: zero-9}\n")
         d.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
@@ -266,6 +276,21 @@ def screenshots(server: BrigadeServer, ui_dir: Path) -> list[Path]:
         for job_id in (big["id"], small["id"]):
             http.post(f"/v1/jobs/{job_id}/cancel")
     return shots
+
+
+def prepare_job(server: BrigadeServer) -> dict:
+    """A dataset's preparation of six files under the admin's data prefix, run to its end."""
+    from tests.workers.datasets.corpus import write_inputs, write_tokenizer
+
+    data = f"file://{server.data_dir.resolve()}/data-store/tenants/admin/data"
+    write_tokenizer(f"{data}/tokenizer.json")
+    write_inputs(f"{data}/raw", files=6, docs_per_file=300)
+    answer = server.http.post("/v1/datasets", json={
+        "name": "corpus-prepare", "inputs": [f"{data}/raw/*"], "output": f"{data}/corpus",
+        "tokenizer": f"{data}/tokenizer.json", "workers": 2, "tokens_per_shard": 20000})
+    answer.raise_for_status()
+    job = answer.json()
+    return wait(server, job["id"], lambda j: j["state"] == "SUCCEEDED")
 
 
 def wait(server: BrigadeServer, job_id: str, until, timeout_s: float = 180) -> dict:

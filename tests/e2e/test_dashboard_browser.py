@@ -174,7 +174,7 @@ def test_a_submitted_jobs_curve_grows_then_suspend_and_resume_from_the_page(serv
     measured = text_of(browser, "#chart-memory .legend [data-series='peak_mem_bytes']")
     theory = text_of(browser, "#chart-memory .legend [data-series='mem_theory_bytes']")
     assert measured.startswith("measured: process peak RSS: "), measured
-    assert theory.startswith("theory: model state per rank (params + grads + Adam"), theory
+    assert theory.startswith("theory: model state per rank (16 B/param"), theory
     note = text_of(browser, "#chart-memory .chart-note")
     assert "resident memory (RSS)" in note and "16 bytes a parameter" in note, note
     assert "RUNNING" in text_of(browser, "#job-state")
@@ -245,7 +245,8 @@ def test_a_preparations_page_shows_its_files_and_their_progress(server, browser,
     d = browser.driver
     d.get(server.url + f"/jobs/{job_id}")
     assert text_of(browser, "#job-kind") == "dataset preparation"
-    wait_for("every file tokenized", lambda: len(d.find_elements(By.CSS_SELECTOR, "#prepare-files tr.done")) == 3
+    wait_for("every file tokenized",
+             lambda: len(d.find_elements(By.CSS_SELECTOR, "#prepare-files tr.done")) == 3
              and "SUCCEEDED" in text_of(browser, "#job-state"), timeout_s=180)
     assert [td.text for td in d.find_elements(By.CSS_SELECTOR, "#prepare-files td.path")] == names
     progress = d.find_element(By.ID, "prepare-progress")
@@ -260,6 +261,7 @@ def test_a_preparations_page_shows_its_files_and_their_progress(server, browser,
     for absent in ("chart-loss", "chart-memory", "chart-comm", "checkpoints", "exports"):
         assert not d.find_elements(By.ID, absent), absent
     assert text_of(browser, "#job-facts").startswith("file 3 of 3")
+    assert '"prepare"' in text_of(browser, "#spec") and '"model"' not in text_of(browser, "#spec")
     clean(browser, server)
 
 
@@ -268,9 +270,10 @@ def test_the_jobs_list_shows_each_jobs_kind_and_latest_loss(server, browser, sta
 
     d = browser.driver
     d.get(server.url + "/")
-    wait_for("the jobs", lambda: len(d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr[data-job-id]")) >= 3)
+    wait_for("the jobs",
+             lambda: len(d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr[data-job-id]")) >= 3)
     headers = [th.text for th in d.find_elements(By.CSS_SELECTOR, "#jobs-table thead th")]
-    assert headers[:5] == ["Job", "Kind", "State", "Step", "Loss"], headers
+    assert headers[:5] == ["Job", "Kind", "State", "Step", "Loss"], headers  # at 1280 px
 
     def cells(job_id: str) -> list[str]:
         return [td.text for td in d.find_elements(By.CSS_SELECTOR, f"tr[data-job-id='{job_id}'] td")]
@@ -286,6 +289,12 @@ def test_the_jobs_list_shows_each_jobs_kind_and_latest_loss(server, browser, sta
         assert lines_high(browser, f"tr[data-job-id='{state['job']}'] .id") < 1.5
         assert d.execute_script("return document.documentElement.scrollWidth") <= \
             d.execute_script("return window.innerWidth")
+        # the loss: its own column at 1280 px, under the step at phone width (the table fits)
+        shown = [e.text for e in d.find_elements(By.CSS_SELECTOR, f"tr[data-job-id='{state['job']}'] td")
+                 if e.text.endswith(f"{loss:.3f}")]
+        assert len(shown) == 1, cells(state["job"])
+        table = d.find_element(By.CSS_SELECTOR, ".table-wrap")
+        assert d.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1", table)
     at_phone_width(browser, one_line)
     clean(browser, server)
 

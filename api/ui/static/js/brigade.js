@@ -93,6 +93,7 @@ const Brigade = (() => {
 
   function number(v, digits) {
     if (v === null || v === undefined) return "-";
+    if (v === 0) return "0";
     const abs = Math.abs(v);
     if (digits === undefined) digits = abs >= 100 ? 0 : abs >= 1 ? 2 : 4;
     if (abs >= 1e6) return (v / 1e6).toFixed(1) + "M";

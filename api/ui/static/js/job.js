@@ -42,7 +42,11 @@ document.addEventListener("DOMContentLoaded", () => {
     document.getElementById("job-facts").textContent = facts(job);
     show(document.getElementById("job-error"), job.error ? `error: ${job.error}` : "");
     const spec = document.getElementById("spec");
-    if (!spec.textContent) spec.textContent = JSON.stringify(job.spec, null, 2);
+    // a preparation's spec without the training sections it carries only as defaults
+    const TRAINING = ["model", "data", "train", "sharding", "parallelism", "checkpoint", "init", "eval", "tracking"];
+    const shown = prepare ? Object.fromEntries(Object.entries(job.spec).filter(([k]) => !TRAINING.includes(k)))
+      : job.spec;
+    if (!spec.textContent) spec.textContent = JSON.stringify(shown, null, 2);
     buttons(job.state);
     const input = document.getElementById("resume-workers");
     if (!input.placeholder || input.placeholder === "as before") input.placeholder = job.spec.workers.min ?? job.spec.workers;
@@ -65,7 +69,7 @@ document.addEventListener("DOMContentLoaded", () => {
   // alone. A job asking for GPUs trains on them (a rank without CUDA falls back to the CPU).
   function memoryWords(j) {
     const gpu = Number(j.spec.resources_per_worker.gpu || 0) > 0;
-    const theory = "theory: model state per rank (params + grads + Adam, 16 B/param \u00f7 N)";
+    const theory = "theory: model state per rank (16 B/param \u00f7 N)";
     const state = "Theory: the model's state alone \u2014 fp32 parameters, gradients and Adam's two " +
       "moments, 16 bytes a parameter, sharded over the N ranks.";
     return gpu ? {

@@ -39,15 +39,17 @@ document.addEventListener("DOMContentLoaded", () => {
     total = page.total;
     const rows = page.items.map((job) => {
       const kind = job.spec.kind || "train";
+      const loss = kind === "prepare" || job.latest_loss === null || job.latest_loss === undefined
+        ? "-" : number(job.latest_loss, 3);
       return el("tr", {"data-job-id": job.id, "data-kind": kind},
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
         el("div", {class: "muted mono small id", title: job.id}, job.id)),
       admin ? el("td", {class: "hide-narrow"}, job.tenant) : null,
       el("td", {class: "hide-narrow"}, el("span", {class: `kind kind-${kind}`}, kind)),
       el("td", {}, badge(job.state)),
-      el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}` + (kind === "prepare" ? " files" : "")),
-      el("td", {class: "num loss"}, kind === "prepare" || job.latest_loss === null || job.latest_loss === undefined
-        ? "-" : number(job.latest_loss, 3)),
+      el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}` + (kind === "prepare" ? " files" : ""),
+        loss === "-" ? null : el("div", {class: "muted small show-narrow"}, `loss ${loss}`)),
+      el("td", {class: "num loss hide-narrow"}, loss),
       el("td", {class: "num hide-narrow"}, job.workers ?? "-"),
       el("td", {class: "num hide-narrow"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
       el("td", {class: "hide-narrow"}, time(job.created_at)),
