@@ -84,13 +84,14 @@ def jobs(
     key: Key = None,
 ) -> None:
     """List jobs, newest first (the admin: every tenant's): kind, state,
-    world size, step of steps."""
+    world size, step of steps, latest loss."""
     with _client(url, key) as client:
         page = client.jobs(state=state, limit=limit, offset=offset, tenant=tenant)
     emit(page, output, lambda: (
-        ("ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS", "STEP", "CREATED"),
+        ("ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS", "STEP", "LOSS", "CREATED"),
         [(j.id, j.tenant, j.name, j.spec.kind, j.state.value, or_dash(j.workers),
-          f"{j.step}/{j.spec.train.steps}", when(j.created_at))  # a prepare job's steps: its files
+          f"{j.step}/{j.spec.train.steps}",  # a prepare job's steps: its files
+          "-" if j.latest_loss is None else f"{j.latest_loss:.4g}", when(j.created_at))
          for j in page.items]))
     if output is OutputFormat.table and page.total > page.offset + len(page.items):
         typer.echo(f"({page.total} in all; --offset {page.offset + len(page.items)} for more)", err=True)

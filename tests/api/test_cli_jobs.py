@@ -43,9 +43,9 @@ def test_submit_get_jobs_cancel(brigade, spec_file):
     listed = brigade("jobs", "--state", "QUEUED", "--limit", "500")
     assert listed.exit_code == 0
     assert listed.stdout.splitlines()[0].split() == ["ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS",
-                                                     "STEP", "CREATED"]
+                                                     "STEP", "LOSS", "CREATED"]
     assert any(line.startswith(job_id) and line.split()[3:5] == ["train", "QUEUED"]
-               and line.split()[6] == "0/5" for line in listed.stdout.splitlines())
+               and line.split()[6:8] == ["0/5", "-"] for line in listed.stdout.splitlines())
 
     cancelled = brigade("cancel", job_id)
     assert cancelled.exit_code == 0 and cancelled.stdout.startswith(f"{job_id}: CANCEL")

@@ -44,8 +44,10 @@ def test_status_events_and_metrics(brigade, client, store):
     store.transition(job.id, "STARTING", reason="admitted", workers=2, attempt=1)
     store.transition(job.id, "RUNNING", reason="started")
     store.record_metrics(job.id, 1, rows(3))
-    store.update_job(job.id, step=3)
+    store.update_job(job.id, step=3, latest_loss=5.7)  # as the runner records them together
 
+    listed = [line.split() for line in brigade("jobs", "--state", "RUNNING").stdout.splitlines()]
+    assert [line[6:8] for line in listed if line[0] == job.id] == [["3/5", "5.7"]]
     shown = brigade("status", job.id)
     assert shown.exit_code == 0, shown.output
     assert "RUNNING" in shown.stdout and "3/5" in shown.stdout and "5.7000" in shown.stdout
