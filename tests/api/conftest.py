@@ -55,6 +55,21 @@ def http(server):
 
 
 @pytest.fixture
+def as_key(server):
+    """`as_key(key)`: an HTTP client of the module's server that sends that key."""
+    clients = []
+
+    def make(key: str) -> httpx.Client:
+        clients.append(httpx.Client(base_url=server.url, timeout=10,
+                                    headers={"Authorization": f"Bearer {key}"}))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
 def client(server):
     with BrigadeClient(server.url, ADMIN_KEY, timeout=10) as client:
         yield client

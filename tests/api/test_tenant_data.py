@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from api.client import BrigadeClient, BrigadeError
-from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.conftest import make_supervisor
 from tests.api.test_cli_jobs import brigade  # noqa: F401 - the fixture
 
 MAX_UPLOAD = 64 * 1024
@@ -48,20 +48,6 @@ def tenant(client):
     """(name, key) of a new tenant."""
     created = client.create_tenant(f"data-{uuid.uuid4().hex[:8]}", quota={"max_queued_jobs": 3})
     return created.name, created.api_key
-
-
-@pytest.fixture
-def as_key(server):
-    clients = []
-
-    def make(key: str) -> httpx.Client:
-        clients.append(httpx.Client(base_url=server.url, timeout=10,
-                                    headers={"Authorization": f"Bearer {key}"}))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 def files_under(folder: Path) -> dict[str, bytes]:

@@ -90,20 +90,6 @@ def order(route: tuple[str, str, dict]) -> tuple[bool, bool, str, str]:
     return (method == "DELETE", (method, path) in CALLER_SCOPED, path, method)
 
 
-@pytest.fixture
-def as_key(server):
-    clients = []
-
-    def make(key: str) -> httpx.Client:
-        clients.append(httpx.Client(base_url=server.url, timeout=10,
-                                    headers={"Authorization": f"Bearer {key}"}))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
-
-
 def create_tenant(http) -> TenantKey:
     response = http.post("/v1/tenants", json={"name": unique_name()})
     assert response.status_code == 201, response.text

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -20,21 +19,6 @@ SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "
 
 def unique_name(prefix: str = "team") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def as_key(server):
-    """`as_key(key)`: an HTTP client that sends that key."""
-    clients = []
-
-    def make(key: str) -> httpx.Client:
-        clients.append(httpx.Client(base_url=server.url, timeout=10,
-                                    headers={"Authorization": f"Bearer {key}"}))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 def create(http, **fields) -> TenantKey:
