@@ -15,7 +15,7 @@ import pytest
 
 from service.states import JobState as S
 from service.store.models import utcnow
-from tests.api.test_tenants import SPEC, as_key, create  # noqa: F401 (a fixture)
+from tests.api.test_tenants import SPEC, create
 
 
 @pytest.fixture
