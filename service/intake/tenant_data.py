@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from service.intake.data_access import DataUriRefused, check_data_uri, data_prefix
 from workers.datasets.storage import data_storage_options
@@ -59,7 +60,7 @@ class TenantData:
 
     def make_folder(self) -> None:
         """The prefix as a folder, where the root is local (object stores have none)."""
-        if _is_local(self.fs):
+        if isinstance(self.fs, LocalFileSystem):
             self.fs.makedirs(self._prefix_path, exist_ok=True)
 
     def uri_of(self, path: str) -> str:
@@ -131,8 +132,3 @@ class Upload:
         self._out.close()
         if self.fs.exists(self.staging):
             self.fs.rm(self.staging)
-
-
-def _is_local(fs) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "file" in protocols or "local" in protocols
