@@ -10,7 +10,8 @@ after it see what will be stored. In order, the pure ones first, those that
 read files next, the cluster last:
 
 1. `operator_only`: knobs the platform's own tools set, not a job
-   (`sharding.grad_error_feedback`)
+   (`sharding.grad_error_feedback`); then `uris`: a relative uri is read under
+   the tenant's data prefix (`service.intake.relative_uris`)
 2. `model.config_uri`: the Hugging Face config.json under the tenant's data
    prefix, read into the model's fields (`service.intake.model_config`)
 3. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 from service.intake.data_access import check_data_uri
 from service.intake.init_source import resolve_init
 from service.intake.model_config import resolve_model
+from service.intake.relative_uris import resolve_relative
 from service.run.ray_cluster import never_fits, worker_memory_bytes
 from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
 from workers.cluster.errors import CapacityError
@@ -66,6 +68,10 @@ def operator_only(spec: JobSpec, submission: Submission) -> JobSpec:
         raise SpecError(knobs[0], f"{knobs[0]} is operator-only: set by the platform's own "
                                   "tools (an engine YAML, a benchmark), not by a job")
     return spec
+
+
+def uris(spec: JobSpec, submission: Submission) -> JobSpec:
+    return resolve_relative(spec, submission.tenant, submission.data_root)
 
 
 def model_config(spec: JobSpec, submission: Submission) -> JobSpec:
@@ -106,6 +112,7 @@ def memory(spec: JobSpec, submission: Submission) -> JobSpec:
 
 CHECKS: tuple[Check, ...] = (
     Check("operator_only", operator_only),
+    Check("uris", uris),
     Check("model.config_uri", model_config),
     Check("data", job_data),
     Check("init", init_source),

@@ -8,7 +8,8 @@ fragments, `.`/`..`/empty path segments (also percent-encoded, in any case,
 and encoded again: `%2e%2e`, `%252e%252e`, `%2f`), another scheme than the
 root's, and anything outside the prefix (`.../tenants/acme-evil/...` is not
 tenant `acme`'s). A plain absolute path stands for its `file://` URI when
-the root is local.
+the root is local; a relative one (no scheme, no leading `/`: `datasets/corpus`)
+is read under the tenant's prefix (`under_prefix`), whatever the root's scheme.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ class DataUriRefused(SpecError):
 def data_prefix(root: str, tenant: str) -> str:
     """The tenant's data prefix, with its trailing slash."""
     return f"{root.rstrip('/')}/tenants/{tenant}/data/"
+
+
+def under_prefix(uri: str, tenant: str, root: str) -> str:
+    """A relative uri (no scheme, no leading `/`) joined to the tenant's data
+    prefix; any other as it is. The joined uri is checked like any other."""
+    if _SCHEME.match(uri) or uri.startswith("/"):
+        return uri
+    return data_prefix(root, tenant) + uri
 
 
 def check_data_uri(uri: str, tenant: str, root: str, field: str = "data.uri") -> str:

@@ -7,7 +7,7 @@ runs it). Torch-free."""
 
 from __future__ import annotations
 
-from service.intake.data_access import check_data_uri
+from service.intake.data_access import check_data_uri, under_prefix
 from workers.datasets.errors import DataError
 from workers.spec import JobSpec, PrepareSpec, SpecError
 
@@ -20,6 +20,11 @@ def prepare_job_spec(*, tenant: str, root: str, inputs: list[str], output: str,
     the request's field for what cannot be."""
     from workers.datasets.prepare import expand_inputs
 
+    # relative ones are read under the tenant's prefix (service.intake.relative_uris)
+    inputs = [under_prefix(pattern, tenant, root) for pattern in inputs]
+    output = under_prefix(output, tenant, root)
+    if tokenizer is not None:
+        tokenizer = under_prefix(tokenizer, tenant, root)
     for i, pattern in enumerate(inputs):
         _under_prefix(f"inputs.{i}", pattern, tenant, root)
     try:

@@ -51,3 +51,19 @@ def test_a_uri_outside_it_is_422_naming_data_uri(tenant_client, supervisor, http
         assert response.status_code == 422, (uri, response.text)
         error = response.json()["error"]
         assert error["field"] == "data.uri" and error["message"].startswith("data.uri "), error
+
+
+def test_a_relative_uri_is_read_under_the_tenants_prefix_and_stored_whole(tenant_client, supervisor):
+    name, client = tenant_client
+    prefix = f"{supervisor.settings.resolved_data_uri_root}/tenants/{name}/data/"
+    response = client.post("/v1/jobs", json=with_uri("corpora/corpus.bin"))
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["data"]["uri"] == prefix + "corpora/corpus.bin"
+
+
+@pytest.mark.parametrize("uri", ["../other/data/x", "corpora/../../x", "corpora//x", "a/%2e%2e/b"])
+def test_a_relative_uri_that_leaves_the_prefix_is_422(tenant_client, uri):
+    _, client = tenant_client
+    response = client.post("/v1/jobs", json=with_uri(uri))
+    assert response.status_code == 422, (uri, response.text)
+    assert response.json()["error"]["field"] == "data.uri", response.text

@@ -93,8 +93,12 @@ def test_a_preparation_is_cancelled_like_any_job(live):
 
     client, http, data, _ = live
     write_inputs(f"{data}/big", files=6, docs_per_file=4000)  # long enough to be caught running
-    body = request(data, "cancelled") | {"inputs": [f"{data}/big/*"]}
+    # relative uris: read under the tenant's data prefix, stored whole
+    body = {"inputs": ["big/*"], "output": "cancelled", "tokenizer": "tokenizer.json",
+            "workers": 2, "tokens_per_shard": 3000}
     job = http.post("/v1/datasets", json=body).json()
+    assert job["spec"]["prepare"]["output"] == f"{data}/cancelled", job
+    assert job["spec"]["prepare"]["inputs"][0].startswith(f"{data}/big/part-0"), job
     while True:  # a STARTING job cannot be cancelled (409): ask again once it runs
         try:
             client.cancel(job["id"])

@@ -53,6 +53,9 @@ def refused(response) -> str:
 def test_a_good_dataset_is_accepted_and_a_bad_one_is_422_naming_the_file(tenant):
     client, directory, uri = tenant
     assert submit(client, f"{uri}/ds").status_code == 201
+    relative = submit(client, "ds")  # read under the tenant's prefix, checked as the full uri is
+    assert relative.status_code == 201 and relative.json()["spec"]["data"]["uri"] == f"{uri}/ds"
+    assert "(300)" in refused(submit(client, "ds", vocab=300))
     message = refused(submit(client, f"{uri}/ds", vocab=300))
     assert "index.json" in message and "(300)" in message and "vocabulary (" in message
     with open(f"{directory}/ds/shard-00001-000.bin", "ab") as f:

@@ -140,3 +140,27 @@ def test_the_default_root_lies_under_the_data_dir(tmp_path):
     settings = Settings(data_dir=str(tmp_path))
     assert settings.resolved_data_uri_root == f"file://{tmp_path.resolve()}/data-store"
     assert Settings(data_dir=str(tmp_path), data_uri_root="s3://b/x/").resolved_data_uri_root == "s3://b/x"
+
+
+def test_a_relative_uri_is_joined_to_the_prefix_and_others_are_kept():
+    from service.intake.data_access import under_prefix
+
+    assert under_prefix("datasets/corpus", "acme", "s3://bucket/root") == \
+        "s3://bucket/root/tenants/acme/data/datasets/corpus"
+    for kept in ("/abs/path", "file:///x", "s3://b/k", "memory://x"):
+        assert under_prefix(kept, "acme", "file:///r") == kept
+
+
+def test_every_uri_of_a_spec_is_resolved_in_place():
+    from service.intake.relative_uris import named_uris, resolve_relative
+    from workers.spec import JobSpec
+
+    spec = JobSpec.model_validate({
+        "name": "rel", "model": {"family": "llama"}, "train": {"steps": 2},
+        "data": {"source": "tokens", "uri": "datasets/a"},
+        "eval": {"uri": "datasets/b"}, "init": {"uri": "/abs/models/tiny"}})
+    resolved = resolve_relative(spec, "acme", "file:///r")
+    prefix = "file:///r/tenants/acme/data/"
+    assert named_uris(resolved) == {"data.uri": prefix + "datasets/a", "eval.uri": prefix + "datasets/b",
+                                    "init.uri": "/abs/models/tiny"}
+    assert spec.data.uri == "datasets/a"  # the parsed spec itself is left as it was
