@@ -7,9 +7,10 @@ allocator's slack kept out of the peak.
 
 The theory of a step's peak, per rank (FSDP only, tp = 1):
 
-- state: 16 B x P / N, the primer's figure and the engine's
-  `mem_theory_bytes` metric (workers/engine/metrics.py): fp32 params, grads, and
-  AdamW's two moments, each sharded N ways;
+- state: the engine's `mem_theory_bytes` metric (workers/engine/metrics.py):
+  fp32 params and grads, 8 B x P / N, and the optimizer's state as its
+  descriptor counts it (workers/spec/recipes.py): with AdamW 16 B x P / N in
+  all, the primer's figure;
 - the largest FSDP unit while it is computed: its gathered params and its
   unsharded gradient (before the reduce-scatter), in the params' and the
   reduction's dtypes; with explicit prefetch of depth d, d more units' params.
@@ -60,7 +61,7 @@ def limit_allocator_slack(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
 
 @dataclass(frozen=True)
 class MemoryTheory:
-    state_bytes: int  # 16 B x P / N
+    state_bytes: int  # params, grads, optimizer state (AdamW: 16 B x P / N)
     unit_bytes: int  # the largest unit gathered, and its unsharded gradient
     activation_bytes: int  # what autograd saves in one micro-batch's forward
 
@@ -82,7 +83,7 @@ def unit_bytes(job: JobSpec) -> int:
 
 def peak_theory(job: JobSpec, shard_degree: int, activation_bytes: int) -> MemoryTheory:
     return MemoryTheory(
-        state_bytes=mem_theory_bytes(job.model.num_params(), shard_degree),
+        state_bytes=mem_theory_bytes(job, job.model.num_params(), shard_degree),
         unit_bytes=unit_bytes(job),
         activation_bytes=activation_bytes,
     )

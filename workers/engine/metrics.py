@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-ADAM_BYTES_PER_PARAM = 16  # fp32 param + grad + Adam m and v
+from workers.spec import JobSpec
+
+PARAM_GRAD_BYTES_PER_PARAM = 8  # fp32 param + its gradient
 
 
 @dataclass(kw_only=True)
@@ -21,7 +23,7 @@ class StepMetrics:
     tokens_per_s: float  # global tokens of the step / step time
     step_time_s: float
     peak_mem_bytes: int
-    mem_theory_bytes: int  # 16 B/param / shard degree
+    mem_theory_bytes: int  # params, grads and the optimizer's state per rank (AdamW: 16 B/param / N)
     comm_bytes: int  # what this rank's FSDP collectives moved in the step
     comm_bytes_theory: float  # 3(N-1)/N x S (FSDP), 2(N-1)/N x S (DDP), ...
     comm_bytes_by_op: dict  # op name -> bytes (a compressed reduce-scatter counts its wire bytes)
@@ -33,8 +35,13 @@ class StepMetrics:
         return asdict(self)
 
 
-def mem_theory_bytes(num_params: int, shard_degree: int) -> int:
-    return ADAM_BYTES_PER_PARAM * num_params // shard_degree
+def mem_theory_bytes(job: JobSpec, num_params: int, shard_degree: int) -> int:
+    """The model state of one rank: fp32 params and grads (8 B/param) and the
+    job's optimizer's state (its descriptor's count, workers/spec/recipes.py:
+    AdamW and Adam 8 B/param, SGD 4 with momentum and 0 without), sharded
+    `shard_degree` ways; `num_params` is one tensor-parallel rank's piece."""
+    state = job.train.optimizer_kind.state_bytes(job.model, job.train, num_params, shard_degree)
+    return int(PARAM_GRAD_BYTES_PER_PARAM * num_params / shard_degree + state)
 
 
 class PeakMemory:

@@ -6,7 +6,6 @@ single process (world size 1). Nothing here knows about Ray.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import cast
@@ -35,33 +34,11 @@ from workers.engine.tensor_parallel import (
     tp_comm_theory_bytes,
 )
 from workers.engine.train_state import TrainState
-from workers.spec import JobSpec, TrainSpec, split_evenly
+from workers.spec import JobSpec, split_evenly
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
 STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
 STOP_REASONS = {STOP_REQUESTED: "requested", STOP_PREEMPTED: "preempted"}
-
-
-def lr_at(step: int, total_steps: int, cfg: TrainSpec) -> float:
-    """Linear warmup to cfg.lr, then cosine decay to cfg.lr * min_lr_ratio."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, total_steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
-
-
-def build_optimizer(model: torch.nn.Module, cfg: TrainSpec) -> torch.optim.Optimizer:
-    # Decay matrices only; norms' gains and biases stay undecayed.
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    keep = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": keep, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
-        eps=cfg.eps,
-    )
 
 
 class Trainer:
@@ -97,7 +74,8 @@ class Trainer:
         )
         set_prefetch(self.units, sh.prefetch_forward, sh.prefetch_backward, self.device.type)
         self.model = model
-        self.optimizer = build_optimizer(model, config.train)
+        # The job's optimizer and lr schedule, by name (workers/spec/recipes.py)
+        self.optimizer = config.train.optimizer_kind.build(model, config.train)
         self.batches = BatchPrefetch(RankBatches(  # the next batch is read while a step runs
             build_source(config.data, config.model, config.train.seed, config.eval),
             config.train.global_batch_size,
@@ -159,7 +137,7 @@ class Trainer:
 
     def train_step(self) -> StepMetrics:
         cfg = self.config
-        lr = lr_at(self.step, cfg.train.steps, cfg.train)
+        lr = cfg.train.schedule_kind.lr(self.step, cfg.train.steps, cfg.train)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.memory.reset()
@@ -208,7 +186,7 @@ class Trainer:
             step_time_s=step_time,
             peak_mem_bytes=self.memory.peak(),
             mem_theory_bytes=mem_theory_bytes(
-                params_per_tp_rank(cfg.model, self.layout.tp), self._shard_degree()
+                cfg, params_per_tp_rank(cfg.model, self.layout.tp), self._shard_degree()
             ),
             comm_bytes=tally.total_bytes,
             comm_bytes_theory=self._theory,

@@ -26,6 +26,7 @@ from workers.spec.data import TOKEN_DATA_FIELDS, TOKEN_SOURCES, DataSpec, EvalSp
 from workers.spec.families import model_family
 from workers.spec.model import LLAMA_FIELDS, ModelSpec
 from workers.spec.training import (
+    RECIPE_FIELDS,
     CheckpointSpec,
     InitSpec,
     ParallelismSpec,
@@ -181,6 +182,9 @@ class JobSpec(_Section):
         if self.model.family != "llama":  # a GPT's hash is what it was before llama's fields
             for name in LLAMA_FIELDS:
                 curve["model"].pop(name)
+        for name in RECIPE_FIELDS:  # a recipe field at its default hashes as before it was one
+            if curve["train"][name] == TrainSpec.model_fields[name].default:
+                curve["train"].pop(name)
         if self.data.source not in TOKEN_SOURCES:  # likewise bytes' before token data's
             for name in TOKEN_DATA_FIELDS:
                 curve["data"].pop(name)

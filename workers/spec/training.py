@@ -3,9 +3,10 @@ checkpoints, tracking, and where its initial weights come from (`init`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from workers.spec.base import (
     MAX_WORKERS,
@@ -18,6 +19,20 @@ from workers.spec.base import (
     refusal,
     split_evenly,
 )
+from workers.spec.recipes import (
+    OPTIMIZER_KNOBS,
+    SCHEDULE_KNOBS,
+    OptimizerKind,
+    RecipeNotFound,
+    ScheduleKind,
+    optimizer_kind,
+    schedule_kind,
+)
+
+# TrainSpec's fields that came with the registered recipes: at their defaults a
+# job's config hash leaves them out (workers/spec/job.py), as it was before them.
+RECIPE_FIELDS = ("optimizer", "schedule", "decay_fraction", "decay_shape", "momentum",
+                 "nesterov", "beta2_decay", "ns_steps", "adjust_lr_fn")
 
 
 class TrainSpec(_Section):
@@ -28,8 +43,25 @@ class TrainSpec(_Section):
     global_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] = 8
     micro_batch_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
     lr: Annotated[float, Field(gt=0, le=10)] = 1e-3
+    # the recipe (workers/spec/recipes.py): a registered optimizer and lr schedule
+    # (the `brigade.optimizers` and `brigade.schedules` entry points); the knobs
+    # below that one does not read stay at their defaults
+    optimizer: Annotated[str, Field(min_length=1, max_length=64)] = "adamw"
+    schedule: Annotated[str, Field(min_length=1, max_length=64)] = "cosine"
     warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10
-    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine decays to lr x this
+    # cosine, linear, wsd: the decay ends at lr x this
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
+    # wsd: the decay takes the last decay_fraction of the steps, in this shape
+    decay_fraction: Annotated[float, Field(gt=0, le=1)] = 0.2
+    decay_shape: Literal["linear", "cosine"] = "linear"
+    # sgd, muon: momentum and Nesterov's (unset: the optimizer's own default,
+    # sgd 0 and False, muon 0.95 and True)
+    momentum: Annotated[float, Field(ge=0, lt=1)] | None = None
+    nesterov: bool | None = None
+    beta2_decay: Annotated[float, Field(ge=-1, le=0)] = -0.8  # adafactor: beta2_t = 1 - t^this
+    ns_steps: Annotated[int, Field(ge=1, le=100)] = 5  # muon: Newton-Schulz iterations
+    # muon: its update's scale; match_rms_adamw lets train.lr carry over from adamw
+    adjust_lr_fn: Literal["original", "match_rms_adamw"] = "match_rms_adamw"
     weight_decay: Annotated[float, Field(ge=0, le=10)] = 0.1
     beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
     beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
@@ -51,6 +83,43 @@ class TrainSpec(_Section):
         that the largest share's micro-batches hold at most micro_batch_size."""
         per_rank = self.per_rank_batch(world_size)
         return -(-per_rank // (self.micro_batch_size or per_rank))
+
+    @field_validator("optimizer", "schedule")
+    @classmethod
+    def _registered(cls, value: str, info: ValidationInfo) -> str:
+        try:
+            (optimizer_kind if info.field_name == "optimizer" else schedule_kind)(value)
+        except RecipeNotFound as e:
+            raise PydanticCustomError("recipe", "{reason}", {"reason": str(e)}) from None
+        return value
+
+    @model_validator(mode="after")
+    def _knobs_read(self) -> TrainSpec:
+        """A knob the chosen optimizer or schedule does not read is refused
+        where a spec sets it to other than its default."""
+        for knobs, kind in ((OPTIMIZER_KNOBS, self.optimizer_kind),
+                            (SCHEDULE_KNOBS, self.schedule_kind)):
+            what = "optimizer" if knobs is OPTIMIZER_KNOBS else "schedule"
+            for name in knobs:
+                if (name not in kind.reads and name in self.model_fields_set
+                        and getattr(self, name) != type(self).model_fields[name].default):
+                    raise refusal(name, f"train.{name} is not read by the {kind.name!r} "
+                                  f"{what} (it reads {', '.join(kind.reads) or 'no knob'})",
+                                  getattr(self, name))
+        problem = self.optimizer_kind.check(self)
+        if problem is not None:
+            raise refusal(problem[0], problem[1], getattr(self, problem[0], None))
+        return self
+
+    @property
+    def optimizer_kind(self) -> OptimizerKind:
+        """The registered optimizer (its builder, knobs and state bytes)."""
+        return optimizer_kind(self.optimizer)
+
+    @property
+    def schedule_kind(self) -> ScheduleKind:
+        """The registered lr schedule (its function and knobs)."""
+        return schedule_kind(self.schedule)
 
 
 class ShardingSpec(_Section):

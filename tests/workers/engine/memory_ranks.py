@@ -35,11 +35,12 @@ def local_bytes(tensor: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def state_bytes(rank: int, world_size: int, out: str) -> None:
+def state_bytes(rank: int, world_size: int, out: str, train: dict | None = None) -> None:
     from workers.engine.metrics import mem_theory_bytes
     from workers.engine.trainer import Trainer
 
-    trainer = Trainer(engine_job(steps=2, workers=world_size))
+    job = engine_job(steps=2, workers=world_size, train=train or {})
+    trainer = Trainer(job)
     held: dict = {}
 
     def count(optimizer, args, kwargs) -> None:  # after step(), before zero_grad()
@@ -61,7 +62,7 @@ def state_bytes(rank: int, world_size: int, out: str) -> None:
     trainer.optimizer.register_step_post_hook(count)
     metrics = trainer.train_step()
     held.update(num_params=trainer.num_params,
-                theory=mem_theory_bytes(trainer.num_params, world_size),
+                theory=mem_theory_bytes(job, trainer.num_params, world_size),
                 metric_theory=metrics.mem_theory_bytes,
                 full_param_bytes=4 * trainer.num_params)
     Path(f"{out}/state-{rank}.json").write_text(json.dumps(held))

@@ -3,8 +3,6 @@
 import pytest
 
 from workers.engine.comm import comm_theory_bytes
-from workers.engine.trainer import lr_at
-from workers.spec import TrainSpec
 
 S = 1_000_000
 
@@ -40,11 +38,3 @@ def test_compression_scales_only_the_reduce_scatter(ratio):
 
 def test_world_of_one_moves_nothing():
     assert comm_theory_bytes("full_shard", (1,), S, S) == 0
-
-
-def test_lr_schedule_warms_up_then_decays_to_the_floor():
-    cfg = TrainSpec(steps=20, lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
-    lrs = [lr_at(s, 20, cfg) for s in range(20)]
-    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
-    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
-    assert lr_at(20, 20, cfg) == pytest.approx(0.1)

@@ -1,0 +1,213 @@
+"""The training recipe's optimizers and learning-rate schedules, found by name
+through the `brigade.optimizers` and `brigade.schedules` entry-point groups.
+
+An optimizer is an `OptimizerKind`: its name, the builder the engine calls
+with the model and the `TrainSpec` (it returns a `torch.optim.Optimizer`),
+the knobs of `train` it reads, and the bytes of state it keeps per rank,
+counted from the spec alone. A schedule is a `ScheduleKind`: its name, the
+function the engine calls for each step's learning rate,
+`lr(step, total_steps, train) -> float`, and the knobs it reads. The
+built-ins are registered exactly as an operator's own are, in a
+distribution's metadata (no edit of Brigade):
+
+    [project.entry-points."brigade.optimizers"]
+    adamw = "workers.spec.recipes:ADAMW"
+    lion = "mylion.recipe:LION"        # an operator's package
+
+    [project.entry-points."brigade.schedules"]
+    cosine = "workers.spec.recipes:COSINE"
+
+Torch-free, as `workers/spec/families.py` is: the spec validates a name
+against the entry points' names and reads the descriptor they name, so the
+module that holds a descriptor must not import torch; only `build` and `lr`
+import the engine's module.
+
+A knob of `train` that the chosen optimizer (or schedule) does not read, set
+by a spec to other than its default, is refused naming it (`TrainSpec`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Generic, TypeVar
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZER_GROUP = "brigade.optimizers"
+SCHEDULE_GROUP = "brigade.schedules"
+
+# The fields of TrainSpec that only some optimizers read, and those only some
+# schedules read: a spec that sets one its choice does not read is refused.
+OPTIMIZER_KNOBS = ("beta1", "beta2", "eps", "weight_decay", "momentum", "nesterov",
+                   "beta2_decay", "ns_steps", "adjust_lr_fn")
+SCHEDULE_KNOBS = ("warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape")
+
+# (model spec, train spec, parameters, shard degree) -> the optimizer's state
+# bytes on one rank. `parameters` are those one rank's tensor-parallel piece
+# holds before FSDP shards them (the model's own count at tp 1); the shard
+# degree is FSDP's. Torch-free: admission counts it before any rank exists.
+StateBytes = Callable[[Any, Any, int, int], float]
+
+
+def _no_problem(train: Any) -> tuple[str, str] | None:
+    return None
+
+
+def _load(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    name: str
+    # "module:attribute" of a function (model, train spec) -> torch.optim.Optimizer;
+    # imported only when built
+    builder: str
+    state_bytes: StateBytes
+    reads: tuple[str, ...] = ()  # of OPTIMIZER_KNOBS
+    # the optimizer's own rules over its knobs: (field, why) a spec cannot run, or None
+    check: Callable[[Any], tuple[str, str] | None] = _no_problem
+
+    def build(self, model: Any, train: Any) -> Any:
+        return _load(self.builder)(model, train)
+
+
+@dataclass(frozen=True)
+class ScheduleKind:
+    name: str
+    # "module:attribute" of a function (step, total steps, train spec) -> lr;
+    # `step` counts the optimizer steps taken before this one (0 first)
+    function: str
+    reads: tuple[str, ...] = ("warmup_steps",)  # of SCHEDULE_KNOBS
+
+    def lr(self, step: int, total_steps: int, train: Any) -> float:
+        return float(_load(self.function)(step, total_steps, train))
+
+
+class RecipeNotFound(LookupError):
+    def __init__(self, field: str, what: str, name: str, known: list[str]):
+        super().__init__(f"train.{field} {name!r} is not a registered {what} "
+                         f"(registered: {', '.join(known) or 'none'})")
+
+
+K = TypeVar("K", OptimizerKind, ScheduleKind)
+
+
+class _Registry(Generic[K]):
+    """One entry-point group's descriptors, looked up by name. Entry points
+    are read per sys.path: a distribution put on the path later is found
+    (an operator's package, a test's); an unchanged path is read once."""
+
+    def __init__(self, group: str, kind: type[K], field: str, what: str):
+        self.group, self.kind, self.field, self.what = group, kind, field, what
+        self._points: dict[tuple[str, ...], dict[str, EntryPoint]] = {}
+        self._loaded: dict[tuple[tuple[str, ...], str], K] = {}
+
+    def _entry_points(self) -> tuple[tuple[str, ...], dict[str, EntryPoint]]:
+        key = tuple(sys.path)
+        found = self._points.get(key)
+        if found is None:
+            found = {}
+            for ep in entry_points(group=self.group):
+                if ep.name in found and found[ep.name].value != ep.value:
+                    logger.warning("%s %r registered twice (%s, %s): the first is used",
+                                   self.what, ep.name, found[ep.name].value, ep.value)
+                    continue
+                found.setdefault(ep.name, ep)
+            self._points[key] = found
+        return key, found
+
+    def names(self) -> list[str]:
+        return sorted(self._entry_points()[1])
+
+    def get(self, name: str) -> K:
+        key, found = self._entry_points()
+        if name not in found:
+            raise RecipeNotFound(self.field, self.what, name, sorted(found))
+        kind = self._loaded.get((key, name))
+        if kind is None:
+            kind = found[name].load()
+            if not isinstance(kind, self.kind):
+                raise TypeError(f"entry point {found[name].value!r} of {self.group!r} is a "
+                                f"{type(kind).__name__}, not a workers.spec.recipes."
+                                f"{self.kind.__name__}")
+            self._loaded[(key, name)] = kind
+        return kind
+
+
+_optimizers = _Registry(OPTIMIZER_GROUP, OptimizerKind, "optimizer", "optimizer")
+_schedules = _Registry(SCHEDULE_GROUP, ScheduleKind, "schedule", "schedule")
+
+
+def registered_optimizers() -> list[str]:
+    """The registered optimizers' names, sorted (nothing is imported)."""
+    return _optimizers.names()
+
+
+def registered_schedules() -> list[str]:
+    """The registered schedules' names, sorted (nothing is imported)."""
+    return _schedules.names()
+
+
+def optimizer_kind(name: str) -> OptimizerKind:
+    """The registered optimizer `name`; `RecipeNotFound` naming those there are."""
+    return _optimizers.get(name)
+
+
+def schedule_kind(name: str) -> ScheduleKind:
+    """The registered schedule `name`; `RecipeNotFound` naming those there are."""
+    return _schedules.get(name)
+
+
+# -- the built-in optimizers ---------------------------------------------------------
+
+
+def elementwise_state(bytes_per_param: Callable[[Any], int]) -> StateBytes:
+    """The state of an optimizer that keeps `bytes_per_param(train)` bytes for
+    every parameter, in the parameter's own shape: sharded as FSDP shards it."""
+
+    def state_bytes(model: Any, train: Any, params: int, shard_degree: int) -> float:
+        return bytes_per_param(train) * params / shard_degree
+
+    return state_bytes
+
+
+ADAM_FIELDS = ("beta1", "beta2", "eps", "weight_decay")
+FP32 = 4
+
+
+def _sgd_state(train: Any) -> int:
+    return FP32 if train.momentum else 0  # the momentum buffer, if any (unset: torch's 0)
+
+
+def _sgd_check(train: Any) -> tuple[str, str] | None:
+    if train.nesterov and not train.momentum:
+        return "nesterov", "train.nesterov needs train.momentum > 0 with sgd"
+    return None
+
+
+# AdamW (decoupled weight decay) and Adam (the decay added to the gradient):
+# fp32 exp_avg and exp_avg_sq.
+ADAMW = OptimizerKind("adamw", "workers.engine.optimizers:build_adamw",
+                      elementwise_state(lambda train: 2 * FP32), ADAM_FIELDS)
+ADAM = OptimizerKind("adam", "workers.engine.optimizers:build_adam",
+                     elementwise_state(lambda train: 2 * FP32), ADAM_FIELDS)
+# SGD (momentum, nesterov): one momentum buffer, none without momentum.
+SGD = OptimizerKind("sgd", "workers.engine.optimizers:build_sgd", elementwise_state(_sgd_state),
+                    ("momentum", "nesterov", "weight_decay"), _sgd_check)
+
+# -- the built-in schedules ----------------------------------------------------------
+
+COSINE = ScheduleKind("cosine", "workers.engine.schedules:cosine",
+                      ("warmup_steps", "min_lr_ratio"))
+LINEAR = ScheduleKind("linear", "workers.engine.schedules:linear",
+                      ("warmup_steps", "min_lr_ratio"))
+CONSTANT = ScheduleKind("constant", "workers.engine.schedules:constant", ("warmup_steps",))
+WSD = ScheduleKind("wsd", "workers.engine.schedules:wsd",
+                   ("warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape"))
