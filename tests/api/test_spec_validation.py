@@ -92,6 +92,18 @@ MALFORMED = [
     ("batch-zero", spec("train.global_batch_size", 0), "train.global_batch_size"),
     ("batch-under-workers", spec("train.global_batch_size", 3, workers=4), "train.global_batch_size"),
     ("seed-negative", spec("train.seed", -1), "train.seed"),
+    ("optimizer-unknown", spec("train.optimizer", "lion"), "train.optimizer: train.optimizer "
+     "'lion' is not a registered optimizer (registered: adam, adamw, "),
+    ("schedule-unknown", spec("train.schedule", "step"), "train.schedule: train.schedule 'step' "
+     "is not a registered schedule (registered: constant, cosine, linear, wsd)"),
+    ("knob-of-another-optimizer", spec("train.momentum", 0.9), "train.momentum: train.momentum "
+     "is not read by the 'adamw' optimizer"),
+    ("knob-of-another-schedule", spec("train.decay_fraction", 0.1), "train.decay_fraction: "
+     "train.decay_fraction is not read by the 'cosine' schedule"),
+    ("nesterov-without-momentum", spec(train={"steps": 5, "optimizer": "sgd", "nesterov": True}),
+     "train.nesterov: train.nesterov needs train.momentum > 0"),
+    ("decay-shape-unknown", spec(train={"steps": 5, "schedule": "wsd", "decay_shape": "step"}),
+     "train.decay_shape"),
     ("keep-last-zero", spec("checkpoint.keep_last", 0), "checkpoint.keep_last"),
     ("every-steps-negative", spec("checkpoint.every_steps", -1), "checkpoint.every_steps"),
     ("name-path", spec(name="../../etc/passwd"), "name"),
@@ -122,6 +134,17 @@ def test_malformed_spec_is_refused_naming_the_field(http, body, names):
     _assert_refused(response, names)
 
 
+@pytest.mark.parametrize("train, field", [
+    ({"optimizer": "lion"}, "train.optimizer"), ({"schedule": "step"}, "train.schedule"),
+    ({"optimizer": "sgd", "beta2": 0.9}, "train.beta2"),
+    ({"schedule": "constant", "min_lr_ratio": 0.5}, "train.min_lr_ratio"),
+])
+def test_a_recipe_refusal_is_a_422_at_its_field(http, train, field):
+    response = http.post("/v1/jobs", json=spec(train={"steps": 5, **train}))
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+
+
 @pytest.mark.parametrize("path, body, message", [
     ("/v1/jobs", spec("train.global_batch_sise", 8),
      "train.global_batch_sise: unknown field (did you mean global_batch_size"),
@@ -130,7 +153,7 @@ def test_malformed_spec_is_refused_naming_the_field(http, body, names):
     ("/v1/jobs", spec(workers={"min": 1, "max": 2, "maxx": 2}),
      "workers.maxx: unknown field (did you mean max"),
     ("/v1/jobs", spec(eval={"evry_steps": 5}), "eval.evry_steps: unknown field (did you mean every_steps"),
-    ("/v1/jobs", spec("train.zzz", 1), "train.zzz: unknown field (allowed: beta1, beta2,"),
+    ("/v1/jobs", spec("train.zzz", 1), "train.zzz: unknown field (allowed: adjust_lr_fn, beta1, beta2,"),
     ("/v1/datasets", {"inputs": ["a.jsonl"], "output": "out", "tokeniser": "t.json"},
      "tokeniser: unknown field (did you mean tokenizer"),
     ("/v1/jobs/{id}/resume", {"worker": 2}, "worker: unknown field (did you mean workers"),
