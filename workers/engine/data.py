@@ -4,7 +4,8 @@ Sample `i` of a job is the same tokens whatever the world size; a step takes
 the next `global_batch` indices and rank `r` of `n` takes a contiguous range
 of them, the batch split as evenly as it goes (8 over 3: indices 0-2, 3-5,
 6-7; `workers.spec.split_evenly`). The cursor (the next global sample index) is all a
-checkpoint needs to continue the exact order.
+checkpoint needs to continue the exact order; a mixture's (`data.mix`,
+`workers.datasets.mixture`) carries its members' cursors beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workers.datasets.mixture import MixtureSource
 from workers.datasets.order import mix64
 from workers.spec import DataSpec, EvalSpec, ModelSpec, split_evenly
 
@@ -87,13 +89,19 @@ def read_bytes(uri: str) -> np.ndarray:
 
 
 def build_source(data: DataSpec, model: ModelSpec, seed: int,
-                 eval: EvalSpec | None = None) -> SampleSource:
-    """The training samples (a token dataset's less what `eval.holdout_fraction` holds out)."""
+                 eval: EvalSpec | None = None, *, global_batch: int | None = None) -> SampleSource:
+    """The training samples (a token dataset's less what `eval.holdout_fraction`
+    holds out); a mixture's schedule needs the job's `global_batch`."""
     if data.source in ("tokens", "text"):
-        from workers.datasets.sources import token_source
+        from workers.datasets.sources import mixture_source, token_source
 
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         holdout = eval.holdout_fraction if eval is not None else None
+        if data.mix is not None:
+            if global_batch is None:
+                raise ValueError("a mixture's source needs the job's global batch size")
+            return mixture_source(data, model, seed, global_batch, holdout=holdout, rank=rank,
+                                  world_size=world)
         return token_source(data, model, seed, holdout=holdout, rank=rank, world_size=world)
     if data.source == "synthetic":
         return SyntheticSource(seed, model.seq_len, model.vocab_size)
@@ -125,8 +133,19 @@ class RankBatches:
         t = torch.from_numpy(rows)
         return t[:, :-1], t[:, 1:]
 
+    def samples_seen(self) -> dict[str, int]:
+        """A mixture's samples drawn from each member so far, by name ({} for one source)."""
+        if isinstance(self.source, MixtureSource):
+            return self.source.samples_seen(self.next_sample)
+        return {}
+
     def state_dict(self) -> dict:
-        return {"next_sample": self.next_sample}
+        state: dict = {"next_sample": self.next_sample}
+        if isinstance(self.source, MixtureSource):  # its members' cursors too
+            state["mix_cursors"] = self.source.cursors(self.next_sample)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.next_sample = int(state["next_sample"])
+        if isinstance(self.source, MixtureSource) and "mix_cursors" in state:
+            self.source.resume_at(self.next_sample, state["mix_cursors"])

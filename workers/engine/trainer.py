@@ -77,7 +77,8 @@ class Trainer:
         # The job's optimizer and lr schedule, by name (workers/spec/recipes.py)
         self.optimizer = config.train.optimizer_kind.build(model, config.train)
         self.batches = BatchPrefetch(RankBatches(  # the next batch is read while a step runs
-            build_source(config.data, config.model, config.train.seed, config.eval),
+            build_source(config.data, config.model, config.train.seed, config.eval,
+                         global_batch=config.train.global_batch_size),
             config.train.global_batch_size,
             self.layout.dp_rank,  # a TP group's ranks read the same batch
             self.layout.dp_size,
@@ -241,6 +242,9 @@ class Trainer:
                     metrics.update(self.checkpoints.save(blocking=final))
                 history.append(metrics)
                 if on_step is not None:
+                if seen := self.batches.samples_seen():  # a mixture: each member's tokens so far
+                    metrics["mix_tokens"] = {name: n * self.config.model.seq_len
+                                             for name, n in seen.items()}
                     on_step(metrics)
                 if not self.acknowledges:
                     self.state.acknowledge(self.step)

@@ -43,6 +43,7 @@ from workers.spec.data import (
     URI_SOURCES,
     DataSpec,
     EvalSpec,
+    MixMember,
     PrepareSpec,
 )
 from workers.spec.job import CURVE_SECTIONS, JobSpec
@@ -61,7 +62,7 @@ __all__ = [
     "BYTE_VOCAB", "CONFIG_URI_FIELDS", "CURVE_SECTIONS", "DEFAULT_MAX_RESTARTS", "JOB_ID_PATTERN",
     "LLAMA_FIELDS", "MAX_PREPARE_FILES", "MAX_PRIORITY", "MAX_WORKERS", "NAME_PATTERN",
     "OPERATOR_ONLY", "TOKEN_DATA_FIELDS", "TOKEN_SOURCES", "URI_SOURCES", "CheckpointSpec",
-    "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "ModelSpec",
+    "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "MixMember", "ModelSpec",
     "ParallelismSpec", "PrepareSpec", "Resources", "ShardingSpec", "SpecError", "Strategy",
     "TrackingSpec", "TrainSpec", "WorkerRange", "explain", "refusal", "split_evenly",
     "unknown_field",

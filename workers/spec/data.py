@@ -9,14 +9,33 @@ from pydantic import Field, field_validator, model_validator
 
 from workers.spec.base import _Section, refusal
 
+MAX_MIX_MEMBERS = 64
+
+
+class MixMember(_Section):
+    """One token dataset of a mixture: its prefix and its share of the
+    samples (`weight`, relative to the other members')."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=2048)]
+    weight: Annotated[float, Field(gt=0, le=1e6)]
+
+    @field_validator("uri")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable():
+            raise ValueError("data uris must not contain control characters")
+        return value
+
 
 class DataSpec(_Section):
     # builtin: bytes of the standard library; synthetic: seeded progressions;
     # uri: a byte/text file at an fsspec URI (under the tenant's data prefix);
-    # tokens: a prepared token dataset, uri its prefix (workers/datasets/index.py);
+    # tokens: a prepared token dataset, uri its prefix (workers/datasets/index.py),
+    # or a mixture of them (`mix`, instead of `uri`: workers/datasets/mixture.py);
     # text: a small jsonl or parquet file, tokenized as read with `tokenizer`
     source: Literal["builtin", "synthetic", "uri", "tokens", "text"] = "builtin"
     uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    mix: Annotated[list[MixMember], Field(min_length=1, max_length=MAX_MIX_MEMBERS)] | None = None
     field: Annotated[str, Field(min_length=1, max_length=256)] = "text"  # text: the documents' field
     tokenizer: Annotated[str, Field(min_length=1, max_length=2048)] | None = None  # text: its uri
     # tokens: each rank checks the sha256 of its share of the shards at start
@@ -31,6 +50,8 @@ class DataSpec(_Section):
 
     @model_validator(mode="after")
     def _uri_with_source(self) -> DataSpec:
+        if self.mix is not None:
+            return self._mixture()
         if self.source in URI_SOURCES and not self.uri:
             raise refusal("uri", f"data.uri is required when data.source is {self.source!r}")
         if self.source not in URI_SOURCES and self.uri:
@@ -44,10 +65,43 @@ class DataSpec(_Section):
                                        "token dataset records its own)", self.tokenizer)
         return self
 
+    def _mixture(self) -> DataSpec:
+        """`mix` is the alternative to `uri` for token datasets: exactly one of
+        them, each member once."""
+        assert self.mix is not None
+        if self.source != "tokens":
+            raise refusal("mix", f"data.mix mixes token datasets (data.source 'tokens'), not "
+                                 f"{self.source!r}", self.source)
+        if self.uri is not None:
+            raise refusal("uri", "data takes exactly one of uri (a token dataset) and mix "
+                                 "(several, with weights)", self.uri)
+        seen: dict[str, int] = {}
+        for i, member in enumerate(self.mix):
+            if member.uri in seen:
+                raise refusal(f"mix.{i}.uri", f"data.mix.{i}.uri names the dataset of "
+                              f"data.mix.{seen[member.uri]}.uri again: give it one member, "
+                              "its weight the sum", member.uri)
+            seen[member.uri] = i
+        return self
+
+    def mix_names(self) -> list[str]:
+        """Each mixture member's name in the metrics rows (`mix_tokens`,
+        `mix_eval_loss`): the last part of its uri, or as many last parts
+        as tell the members apart (`wiki/train`, `code/train`)."""
+        paths = [m.uri.split("://", 1)[-1].rstrip("/").split("/") for m in self.mix or ()]
+        for depth in range(1, max((len(p) for p in paths), default=0) + 1):
+            names = ["/".join(p[-depth:]) for p in paths]
+            if len(set(names)) == len(names):
+                return names
+        return [m.uri for m in self.mix or ()]
+
     def uris(self) -> dict[str, str]:
         """Every uri this section names, by its field (what the service checks)."""
-        return {f"data.{name}": value for name in ("uri", "tokenizer")
-                if (value := getattr(self, name)) is not None}
+        named = {f"data.{name}": value for name in ("uri", "tokenizer")
+                 if (value := getattr(self, name)) is not None}
+        for i, member in enumerate(self.mix or ()):
+            named[f"data.mix.{i}.uri"] = member.uri
+        return named
 
 
 URI_SOURCES = ("uri", "tokens", "text")

@@ -208,3 +208,5 @@ def _operator_only_set(model: BaseModel, prefix: str) -> list[str]:
         elif isinstance(value, BaseModel):
             found += _operator_only_set(value, f"{prefix}{name}.")
     return found
+        if self.data.mix is None:  # a job without a mixture hashes as before `mix`
+            curve["data"].pop("mix")
