@@ -5,6 +5,7 @@ registered and a model too large for a worker are refused with the reason."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import transformers
@@ -58,3 +59,102 @@ def test_refusals_name_the_reason(http, body, field, message):
     error = response.json()["error"]
     assert error["field"] == field
     assert message in error["message"]
+
+
+# -- fine-tuning in one line: `init: {uri: DIR}` and the model DIR holds ----------------------
+
+@pytest.fixture(scope="module")
+def hf_dir(supervisor, tmp_path_factory) -> str:
+    """A tiny Llama (tests/workers/hf_ranks.py MODEL, with a context of 128) under the
+    admin's prefix: its URI."""
+    import json
+
+    from tests.workers.hf_ranks import hf_llama
+
+    uri = data_prefix(supervisor.settings.resolved_data_uri_root, "admin") + "models/tiny-llama"
+    path = Path(uri.removeprefix("file://"))
+    hf_llama(path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 128}))
+    return uri
+
+
+def stored_model(response) -> dict:
+    assert response.status_code == 201, response.text
+    return response.json()["spec"]["model"]
+
+
+HF_MODEL = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2,
+            "ffn_dim": 96, "vocab_size": 256, "norm_eps": 1e-6, "config_uri": None}
+
+
+@pytest.mark.parametrize("model, seq_len", [
+    (None, 64),  # no model at all: every field from DIR/config.json, seq_len its default
+    ({}, 64),
+    ({"seq_len": 16}, 16),  # the one field a spec may add
+    ({"config_uri": "CONFIG", "seq_len": 32}, 32),  # the config named, as before
+])
+def test_init_uri_alone_defines_the_model(http, hf_dir, model, seq_len):
+    body: dict = {"init": {"uri": hf_dir}, "train": TRAIN}
+    if model is not None:
+        body["model"] = {k: f"{hf_dir}/config.json" if v == "CONFIG" else v
+                         for k, v in model.items()}
+    got = stored_model(http.post("/v1/jobs", json=body))
+    assert {k: got[k] for k in HF_MODEL} == HF_MODEL
+    assert got["seq_len"] == seq_len
+
+
+def test_init_uri_alone_may_be_relative_to_the_prefix(http, hf_dir):
+    response = http.post("/v1/jobs", json={"init": {"uri": "models/tiny-llama"}, "train": TRAIN})
+    assert {k: stored_model(response)[k] for k in HF_MODEL} == HF_MODEL
+    assert response.json()["spec"]["init"]["uri"] == hf_dir
+
+
+def test_explicit_fields_with_init_uri_keep_their_meaning(http, hf_dir):
+    from tests.workers.hf_ranks import MODEL
+
+    got = stored_model(http.post("/v1/jobs", json={"model": MODEL, "init": {"uri": hf_dir},
+                                                   "train": TRAIN}))
+    assert {k: got[k] for k in MODEL} == MODEL
+    # Fields that do not match the tensors are refused as they were: naming the tensor.
+    r = http.post("/v1/jobs", json={"model": {**MODEL, "ffn_dim": 128}, "init": {"uri": hf_dir},
+                                    "train": TRAIN})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "init.uri", r.text
+
+
+@pytest.fixture(scope="module")
+def mismatched_dir(hf_dir) -> str:
+    """The tiny Llama's tensors under a config.json that says a wider MLP."""
+    import json
+    import shutil
+
+    source = Path(hf_dir.removeprefix("file://"))
+    target = source.parent / "mismatched"
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "intermediate_size": 128}))
+    return f"file://{target}"
+
+
+@pytest.mark.parametrize("case, field, words", [
+    ("mismatched", "init.uri", ["model.layers.0.mlp.gate_proj.weight", "[96, 64]", "[128, 64]"]),
+    ("no-config", "init.uri", ["config.json", "does not exist"]),
+    ("family", "model.family", ["read from model.config_uri"]),
+    ("no-model", "model", ["Field required"]),
+])
+def test_init_uri_alone_refusals_name_the_field(http, hf_dir, mismatched_dir, case, field, words):
+    body: dict = {"init": {"uri": hf_dir}, "train": TRAIN}
+    if case == "mismatched":
+        body["init"]["uri"] = mismatched_dir
+    elif case == "no-config":
+        body["init"]["uri"] = hf_dir.replace("tiny-llama", "nothing-here")
+    elif case == "family":  # the family is the config's model_type's
+        body["model"] = {"config_uri": f"{hf_dir}/config.json", "family": "llama"}
+    else:
+        body = {"train": TRAIN}
+    r = http.post("/v1/jobs", json=body)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == field, error
+    for word in words:
+        assert word in error["message"], error

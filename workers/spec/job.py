@@ -24,7 +24,7 @@ from workers.spec.base import (
 )
 from workers.spec.data import TOKEN_DATA_FIELDS, TOKEN_SOURCES, DataSpec, EvalSpec, PrepareSpec
 from workers.spec.families import model_family
-from workers.spec.model import LLAMA_FIELDS, ModelSpec
+from workers.spec.model import LLAMA_FIELDS, ModelSpec, config_in
 from workers.spec.training import (
     RECIPE_FIELDS,
     CheckpointSpec,
@@ -44,6 +44,8 @@ class JobSpec(_Section):
     workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | WorkerRange = 1
     resources_per_worker: Resources = Field(default_factory=Resources)
     priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = 0
+    # Unset (or only its seq_len) with `init: {uri}`: read from that directory's
+    # config.json, as `model.config_uri` is (`_model_from_init`).
     model: ModelSpec
     data: DataSpec = Field(default_factory=DataSpec)
     train: TrainSpec
@@ -62,6 +64,29 @@ class JobSpec(_Section):
     # once asked to give its workers back (preempted), how long the job may take to
     # checkpoint and stop before its ranks are killed; unset: the service's setting
     preemption_grace_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_from_init(cls, data: Any) -> Any:
+        """`init: {uri: DIR}` with no model (or one that sets only seq_len)
+        fine-tunes the model DIR holds: `model.config_uri` becomes
+        DIR/config.json, resolved at submit like any config_uri. A model that
+        sets any other field is left as written (it says the model itself)."""
+        if not isinstance(data, dict):
+            return data
+        init = data.get("init")
+        uri = init.get("uri") if isinstance(init, dict) else getattr(init, "uri", None)
+        if not isinstance(uri, str) or not uri:
+            return data
+        model = data.get("model", {})
+        if isinstance(model, ModelSpec):
+            model = {name: getattr(model, name) for name in model.model_fields_set}
+        if not isinstance(model, dict):
+            return data
+        given = {k: v for k, v in model.items() if not (k == "config_uri" and v is None)}
+        if set(given) - {"seq_len"}:
+            return data
+        return {**data, "model": {**given, "config_uri": config_in(uri)}}
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -94,7 +119,8 @@ class JobSpec(_Section):
             raise refusal("sharding.blocks_per_unit", "sharding.blocks_per_unit must be in "
                           f"1..model.n_layers ({self.model.n_layers}), got "
                           f"{self.sharding.blocks_per_unit}", self.sharding.blocks_per_unit)
-        if self.init is not None and self.init.uri is not None and self.model.family != "llama":
+        if (model_known and self.init is not None and self.init.uri is not None
+                and self.model.family != "llama"):
             raise refusal("init.uri", "init.uri reads Hugging Face Llama weights: it needs "
                           f"model.family 'llama', not {self.model.family!r}", self.init.uri)
         if model_known:

@@ -17,6 +17,12 @@ LLAMA_FIELDS = ("n_kv_heads", "ffn_dim", "rope_theta", "tie_embeddings", "norm_e
 CONFIG_URI_FIELDS = frozenset({"config_uri", "seq_len"})
 
 
+def config_in(directory: str) -> str:
+    """The config.json of a Hugging Face model directory (a URI or a path):
+    what `init: {uri}` alone reads the model from."""
+    return directory.rstrip("/") + "/config.json"
+
+
 class ModelSpec(_Section):
     # a registered model family (workers/spec/families.py: the `brigade.models` entry points)
     family: Annotated[str, Field(min_length=1, max_length=64)] = "gpt"

@@ -191,9 +191,11 @@ class InitSpec(_Section):
     """Where the initial weights come from (unset: seeded random init).
     `uri`: a Hugging Face model directory (config.json and model.safetensors,
     or model.safetensors.index.json and its shards) under the tenant's data
-    prefix; `job`: one of the tenant's own jobs, at its committed `step`
-    (unset: its latest, fixed at submit). From a job, the optimizer state and
-    the data cursor start fresh unless asked."""
+    prefix; with no `model` (or one that sets only seq_len) the model is
+    the one its config.json describes, as with `model.config_uri`. `job`:
+    one of the tenant's own jobs, at its committed `step` (unset: its
+    latest, fixed at submit). From a job, the optimizer state and the data
+    cursor start fresh unless asked."""
 
     uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
     job: Annotated[str, Field(pattern=JOB_ID_PATTERN)] | None = None
