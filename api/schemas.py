@@ -123,6 +123,10 @@ class MetricRow(_Public):
     # eval steps (every eval.every_steps): the validation loss over a fixed set of samples
     eval_loss: float | None = None
     eval_perplexity: float | None = None
+    # a mixture (data.mix), by member name (the last part of its uri): the tokens
+    # trained on from each member so far, and (eval steps) each member's held-out loss
+    mix_tokens: dict[str, int] | None = None
+    mix_eval_loss: dict[str, float | None] | None = None
     # a dataset's preparation (kind 'prepare'): one row a file, `step` = files done
     file: str | None = None  # the file's name
     tokens: int | None = None

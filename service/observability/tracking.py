@@ -18,6 +18,7 @@ event protos, mlflow) are imported when a job asks for them.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import struct
 import time
@@ -32,9 +33,18 @@ _MLFLOW_STATUS = {JobState.SUCCEEDED: "FINISHED", JobState.FAILED: "FAILED",
                   JobState.CANCELLED: "KILLED"}
 
 
+# A mixture's per-member metrics, plotted one series a member: `mix_tokens/wiki`
+PER_MEMBER = ("mix_tokens", "mix_eval_loss")
+
+
 def numeric_metrics(row: dict) -> dict[str, float]:
-    """The row's metrics a tracker plots: numbers, not the step, not flags."""
-    return {k: float(v) for k, v in row.items()
+    """The row's metrics a tracker plots: numbers, not the step, not flags
+    (and a mixture's, a series a member)."""
+    flat = {k: v for k, v in row.items() if k not in PER_MEMBER}
+    for key in PER_MEMBER:
+        for member, value in (row.get(key) or {}).items():
+            flat[f"{key}/{re.sub(r'[^A-Za-z0-9_./ -]', '_', member)}"] = value
+    return {k: float(v) for k, v in flat.items()
             if k != "step" and isinstance(v, int | float) and not isinstance(v, bool)}
 
 

@@ -72,3 +72,14 @@ def test_a_tracker_that_fails_is_left_off_and_says_why(tmp_path):
     tracking.record(ROWS)
     tracking.end(JobState.FAILED)
     assert tracking.problems == [] and scalars(str(tmp_path / "tb"))["loss"]
+
+
+def test_a_mixtures_metrics_are_a_series_a_member(tmp_path):
+    fs = fsspec.filesystem("file")
+    files = TensorBoardFiles(fs, str(tmp_path / "tensorboard"), "brigade-j-2")
+    files.add([{"step": 1, "loss": 2.0, "mix_tokens": {"wiki": 96, "code/v1": 288},
+                "mix_eval_loss": {"wiki": 1.5, "code/v1": None}}])
+    files.flush(force=True)
+    found = scalars(str(tmp_path / "tensorboard"))
+    assert set(found) == {"loss", "mix_tokens/wiki", "mix_tokens/code/v1", "mix_eval_loss/wiki"}
+    assert found["mix_tokens/code/v1"] == [(1, 288.0)]
