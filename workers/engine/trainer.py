@@ -208,8 +208,9 @@ class Trainer:
     ) -> list[dict]:
         """Step to the end of the job, or to `stop_after`, or until
         `should_stop()` says so on any rank (then checkpoint, so a later run
-        resumes there). Saves every `checkpoint.every_steps` and at the
-        end; returns this run's metrics.
+        resumes there). Saves every `checkpoint.every_steps` and where the
+        run stops, the end included (with every_steps 0 too); returns this
+        run's metrics.
 
         `should_stop()` returns 0 (go on), STOP_REQUESTED or STOP_PREEMPTED;
         the ranks agree on the largest after every step, and `stop_reason`
@@ -232,11 +233,10 @@ class Trainer:
                     if code and self.step < end:  # at the end, the run ends anyway
                         stop = self.step  # every rank learns it after the same step
                         self.stop_reason = STOP_REASONS.get(code, "requested")
-                # Checkpoint on the interval, and where this run stops short of
-                # the end (or ends, on an interval policy): a blocking save then.
-                final = self.step == stop and (
-                    stop < end or self.config.checkpoint.every_steps > 0
-                )
+                # Checkpoint on the interval, and where this run stops: short of
+                # the end, or at it (whatever every_steps says: a job that succeeds
+                # keeps its final weights), a blocking save then.
+                final = self.step == stop
                 self.state.record(metrics)  # before the save: it carries this row too
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
                     metrics.update(self.checkpoints.save(blocking=final))

@@ -172,7 +172,8 @@ class ParallelismSpec(_Section):
 
 
 class CheckpointSpec(_Section):
-    every_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10  # 0: only when asked to stop
+    # also where a run stops: asked to, or at the end (0: only there)
+    every_steps: Annotated[int, Field(ge=0, le=10_000_000)] = 10
     keep_last: Annotated[int, Field(ge=1, le=100)] = 3  # committed checkpoints kept
     async_: bool = Field(False, alias="async")  # train on while shards are written
 

@@ -25,8 +25,9 @@ MODEL = {"family": "llama", "n_layers": 2, "d_model": 32, "n_heads": 4, "n_kv_he
 
 
 def job(tp: int) -> dict:
-    # Checkpoints only where a run stops short: the one saved at step 10 is
-    # resumed by every later run, and none of them writes another.
+    # Checkpoints only where a run stops: short, at step 10 (what the later runs
+    # load), and at the end (a resumed run's step 20: `four` keeps a copy of the
+    # store as it was at step 10 for `two`).
     return {"workers": {"min": 1, "max": 4}, "model": MODEL, "data": {"source": "synthetic"},
             "train": {"steps": STEPS, "global_batch_size": 8, "lr": 3e-3},
             "parallelism": {"tp": tp}, "checkpoint": {"every_steps": 0}}
@@ -49,10 +50,12 @@ def reference() -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def four(target, fork_pool) -> dict:
+def four(target, fork_pool, tmp_path_factory) -> dict:
     """World size 4: (dp 2, tp 2) straight, and HSDP x TP on a (replicate 2,
-    shard 1, tp 2) mesh for 5 steps; saved at step 10; then (dp 4, tp 1) loads
-    it (state digests) and resumes."""
+    shard 1, tp 2) mesh for 5 steps; saved at step 10 (the store copied as it
+    is then: `at_saved`); then (dp 4, tp 1) loads it (state digests) and resumes."""
+    import shutil
+
     out = {}
     with WorkerGroup(4, tp_size=2, pool=fork_pool) as group:
         out["straight"] = group.train(job(2))
@@ -60,6 +63,9 @@ def four(target, fork_pool) -> dict:
         out["hybrid"] = group.train(job(2) | hybrid, stop_after=5)
         first = group.train(job(2), checkpoint=target, stop_after=SAVED_AT)[0]
         assert first[-1]["checkpoint_step"] == SAVED_AT
+        copy = tmp_path_factory.mktemp("tp-store-at-saved")
+        shutil.copytree(target["root"].removeprefix("file://"), copy, dirs_exist_ok=True)
+        out["at_saved"] = {**target, "root": f"file://{copy}"}
         out["saved"] = group.call("state_digests")[0]
         assert group.train(job(1), checkpoint=target, stop_after=SAVED_AT) == [[]] * 4
         out["loaded"] = group.call("state_digests")[0]
@@ -68,16 +74,17 @@ def four(target, fork_pool) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two(four, target, fork_pool) -> dict:
+def two(four, fork_pool) -> dict:
     """World size 2: (dp 1, tp 2) straight, and with activation checkpointing;
     then it loads and resumes four's checkpoint."""
     out = {}
     with WorkerGroup(2, tp_size=2, pool=fork_pool) as group:
         out["straight"] = group.train(job(2))
         out["recomputed"] = group.train(job(2) | {"sharding": {"activation_checkpointing": True}})
-        assert group.train(job(2), checkpoint=target, stop_after=SAVED_AT) == [[]] * 2
+        at_saved = four["at_saved"]
+        assert group.train(job(2), checkpoint=at_saved, stop_after=SAVED_AT) == [[]] * 2
         out["loaded"] = group.call("state_digests")[0]
-        out["resumed"] = group.train(job(2), checkpoint=target)[0]
+        out["resumed"] = group.train(job(2), checkpoint=at_saved)[0]
     return out
 
 
