@@ -15,6 +15,21 @@ if TYPE_CHECKING:
 
 TINY_MODEL = {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32, "vocab_size": 256}
 
+# The optimizers the equivalence tests run, each as the `train` fields that
+# choose it (its lr and warmup such that a few steps move the loss): sharded at
+# world sizes 2 and 3 under every strategy (tests/workers/cluster/test_ray_engine.py),
+# at (dp, tp) = (1, 2) (tests/workers/engine/test_tensor_parallel.py) and resumed at
+# another world size (tests/workers/cluster/test_resume.py), each against one
+# process. An optimizer added to Brigade adds its entry here. The schedules ride
+# along: the schedule is the same function of the step on every rank.
+RECIPES: dict[str, dict] = {
+    "adamw": {},
+    "adam": {"optimizer": "adam", "warmup_steps": 2, "schedule": "wsd"},
+    "sgd": {"optimizer": "sgd", "momentum": 0.9, "nesterov": True, "lr": 0.5, "warmup_steps": 2,
+            "schedule": "linear"},
+}
+RECIPE_STEPS = 8  # steps of each equivalence run of a recipe other than the default
+
 
 def engine_spec(steps: int = 20, **sections) -> dict:
     """A job spec dict; each keyword updates (not replaces) its section."""

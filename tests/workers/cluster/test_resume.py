@@ -1,12 +1,13 @@
 """Resume from a committed checkpoint at another world size follows the same
 loss curve: train at world size 2, checkpoint at step 10, resume at 1, 3, 4
-(a global batch of 8: 3 splits it 3, 3, 2)."""
+(a global batch of 8: 3 splits it 3, 3, 2); with every optimizer
+(tests/workers/engine_spec.py RECIPES), saved at 2 and resumed at 3."""
 
 import uuid
 
 import pytest
 
-from tests.workers.engine_spec import engine_spec
+from tests.workers.engine_spec import RECIPE_STEPS, RECIPES, engine_spec
 from workers.cluster.group import WorkerGroup
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
@@ -66,6 +67,36 @@ def test_resume_at_other_world_sizes_follows_the_same_curve(storage, fork_pool):
             resumed = group.train(JOB, checkpoint=jobs[n])[0]
         assert [m["step"] for m in resumed] == list(range(11, 31)), n
         assert losses(resumed) == pytest.approx(losses(straight[10:]), rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def recipes_resumed(tmp_path_factory, fork_pool) -> dict[str, dict]:
+    """Each optimizer: straight at world size 2, saved there at half way,
+    then resumed at world size 3 (its state resharded, moments and momentum too)."""
+    root = f"file://{tmp_path_factory.mktemp('recipes')}/store"
+    jobs = {name: engine_spec(RECIPE_STEPS, data={"source": "builtin"}, train=train,
+                              checkpoint={"every_steps": 0}) for name, train in RECIPES.items()}
+    out: dict[str, dict] = {name: {} for name in RECIPES}
+    with WorkerGroup(2, pool=fork_pool) as group:
+        for name, job in jobs.items():
+            out[name]["straight"] = group.train(job)[0]
+            out[name]["first"] = group.train(job, checkpoint=target((root, {}), name),
+                                             stop_after=RECIPE_STEPS // 2)[0]
+    with WorkerGroup(3, pool=fork_pool) as group:
+        for name, job in jobs.items():
+            out[name]["resumed"] = group.train(job, checkpoint=target((root, {}), name))[0]
+    return out
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_optimizer_resumes_at_another_world_size_on_the_same_curve(recipes_resumed, recipe):
+    runs, half = recipes_resumed[recipe], RECIPE_STEPS // 2
+    assert runs["first"][-1]["checkpoint_step"] == half
+    assert losses(runs["first"]) == losses(runs["straight"][:half])
+    assert [m["step"] for m in runs["resumed"]] == list(range(half + 1, RECIPE_STEPS + 1))
+    assert losses(runs["resumed"]) == pytest.approx(losses(runs["straight"][half:]), abs=1e-5)
+    # the lr too: the schedule continues from the step the checkpoint holds
+    assert [m["lr"] for m in runs["resumed"]] == [m["lr"] for m in runs["straight"][half:]]
 
 
 def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_never_loaded(tmp_path, fork_pool):
