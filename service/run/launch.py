@@ -33,6 +33,7 @@ STARTUP_PHASES = (
     ("group_formed", "process group"),
     ("engine_imported", "engine import"),
     ("built", "model build"),
+    ("compiled", "compile"),  # train.compile only (workers/engine/compilation.py)
     ("first_step", "first step"),
 )
 

@@ -61,7 +61,7 @@ class GroupOutcome:
     error: str | None = None  # what went wrong, in words
     rank: int | None = None  # the rank that failed, where known
     node: str | None = None  # the node that rank ran on, where known
-    permanent: bool = False  # a fault a restart cannot fix (bad data): fail, do not restart
+    permanent: bool = False  # a fault a restart cannot fix (bad data, no compiler): fail, do not restart
 
     @classmethod
     def failed(cls, error: Exception, node_infos: Sequence[dict] = ()) -> GroupOutcome:
@@ -181,7 +181,7 @@ def decide(job: JobFacts, outcome: GroupOutcome, *, checkpoint: dict | None = No
         return Transition(S.QUEUED, f"stopped while preempted ({error}); requeued, {resumes}",
                           {"workers": None, **kept})
     failure = Failure(error or "unknown failure", outcome.node, outcome.rank)
-    if outcome.permanent:  # bad data stays bad: no restart spent on it
+    if outcome.permanent:  # bad data stays bad, a compiler stays missing: no restart spent
         return replace(_fail(job, f"{error} (not restarted: the data must be fixed)"),
                        failure=failure)
     return _restart_or_fail(job, failure, kept, failures, multi_node, policy)

@@ -1,13 +1,15 @@
 """What can go wrong with a worker group, as exceptions the supervisor can tell apart.
 
 Driver-side only (no torch, no Ray), and picklable so they can cross processes.
-A job's bad data is the datasets' own error (`DataError`, workers/datasets/errors.py);
-`is_permanent` tells it apart once it has crossed from a rank as a message.
+A job's bad data is the datasets' own error (`DataError`, workers/datasets/errors.py),
+a compiler that cannot run the engine's (`CompileError`, workers/engine/errors.py);
+`is_permanent` tells them apart once they have crossed from a rank as a message.
 """
 
 from __future__ import annotations
 
 from workers.datasets.errors import DataError
+from workers.engine.errors import CompileError
 
 
 class WorkerGroupError(RuntimeError):
@@ -46,11 +48,12 @@ class RankHungError(RankError):
     interpreter): the job needs a new group, as for a lost rank."""
 
 
-# How a rank's failure reads when its cause is a `DataError` (workers/datasets/errors.py).
-PERMANENT_MARK = f"{DataError.__name__}: "
+# How a rank's failure reads when its cause is one a restart cannot fix: bad data
+# (workers/datasets/errors.py), a compiler that cannot run (workers/engine/errors.py).
+PERMANENT_MARKS = tuple(f"{error.__name__}: " for error in (DataError, CompileError))
 
 
 def is_permanent(message: str) -> bool:
     """Whether a rank's failure (its message, as it crossed processes) is one
     that will not go away on a restart."""
-    return PERMANENT_MARK in message
+    return any(mark in message for mark in PERMANENT_MARKS)

@@ -171,6 +171,9 @@ class RankActor:
         target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
         self._trainer = Trainer(spec, target)
         self._timeline["built"] = time.time()  # the model built (and a checkpoint loaded)
+        self._timeline.pop("compiled", None)  # an earlier train's, on this actor
+        if self._trainer.warm_up():  # train.compile: the blocks compiled before the first step
+            self._timeline["compiled"] = time.time()
         # Rows a checkpoint carried (not read before the last group ended)
         # come first, marked: the driver records those it does not have.
         self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
@@ -255,7 +258,8 @@ class RankActor:
     def timeline(self) -> dict[str, float]:
         """When this rank's start-up phases ended, epoch seconds: actor_started
         (its constructor ran), torch_imported, joined (the process group),
-        engine_imported, built (the model, and a checkpoint loaded)."""
+        engine_imported, built (the model, and a checkpoint loaded), and
+        with train.compile compiled (the blocks, workers/engine/compilation.py)."""
         return dict(self._timeline)
 
     def state_digests(self) -> dict[str, str]:

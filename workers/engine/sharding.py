@@ -42,6 +42,7 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
+from workers.engine.compilation import compile_blocks
 from workers.models import Decoder
 from workers.spec import Dtype, ShardingSpec
 
@@ -75,10 +76,15 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
         blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
-def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh) -> list[FSDPModule]:
-    """Wraps `model` in place; returns the FSDP units in forward order."""
+def shard_model(model: nn.Module, cfg: ShardingSpec, mesh: DeviceMesh, *,
+                compiled: bool = False) -> list[FSDPModule]:
+    """Wraps `model` in place; returns the FSDP units in forward order. With
+    `compiled` (train.compile) each block is compiled once activation
+    checkpointing has wrapped it, before FSDP does (workers/engine/compilation.py)."""
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
+    if compiled:
+        compile_blocks(model)
     kwargs: _ShardOptions = {
         "mesh": mesh,
         "reshard_after_forward": cfg.strategy in ("full_shard", "hybrid_shard"),

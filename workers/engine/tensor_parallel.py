@@ -115,14 +115,16 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
         head.weight = cast(nn.Module, model.embedding).weight
 
 
-def parallelize(model: nn.Module, layout: ParallelLayout, sharding: ShardingSpec) -> list[FSDPModule]:
-    """TP (when tp > 1), then FSDP over the data-parallel mesh; returns the
-    FSDP units in forward order (`shard_model`)."""
+def parallelize(model: nn.Module, layout: ParallelLayout, sharding: ShardingSpec, *,
+                compiled: bool = False) -> list[FSDPModule]:
+    """TP (when tp > 1), then FSDP over the data-parallel mesh, each block
+    compiled before it is wrapped where `compiled` (train.compile); returns
+    the FSDP units in forward order (`shard_model`)."""
     from workers.engine.sharding import shard_model
 
     if layout.tp_mesh is not None:
         apply_tensor_parallel(model, layout.tp_mesh)
-    return shard_model(model, sharding, layout.dp_mesh)
+    return shard_model(model, sharding, layout.dp_mesh, compiled=compiled)
 
 
 # -- what it moves ----------------------------------------------------------------

@@ -18,6 +18,7 @@ from checkpoints import CheckpointTarget
 from workers.engine.build import build_sharded
 from workers.engine.checkpointing import TrainerCheckpoints
 from workers.engine.comm import CommCounter, comm_theory_bytes
+from workers.engine.compilation import warm_up
 from workers.engine.compression import compress_gradients, wire_bytes_per_value
 from workers.engine.data import RankBatches, build_source
 from workers.engine.distributed import local_device
@@ -64,7 +65,8 @@ class Trainer:
         # Built on the meta device; each rank allocates and fills only its own
         # shards, the same full weights at any world size (workers/engine/build.py),
         # from the job's weight source (workers/engine/init_weights.py).
-        built = build_sharded(config, self.device, lambda m: parallelize(m, self.layout, sh),
+        built = build_sharded(config, self.device,
+                              lambda m: parallelize(m, self.layout, sh, compiled=config.train.compile),
                               weights=weight_source(config))
         model, self.units, self.num_params = built.model, built.units, built.num_params
         # Error-feedback residuals live in these hooks, not in checkpoints:
@@ -92,6 +94,7 @@ class Trainer:
         self.checkpoints: TrainerCheckpoints | None = None
         self.resumed_from: int | None = None
         self.stop_reason: str | None = None  # why the last run() stopped short, if asked to
+        self.warmed_up = False  # train.compile: the blocks compiled (`warm_up`)
         # Whether a reader acknowledges the metrics rows it recorded
         # (`state.acknowledge`); without one, a row counts as recorded once
         # `on_step` has it.
@@ -135,6 +138,21 @@ class Trainer:
             act_bytes=DTYPES[sh.param_dtype].itemsize,
             activation_checkpointing=sh.activation_checkpointing,
         )
+
+    def warm_up(self) -> bool:
+        """Compile the blocks now, not in the first step (train.compile,
+        workers/engine/compilation.py): a forward and backward of the first
+        step's micro-batch shape that changes nothing the training reads.
+        True if it compiled; False with nothing to do (eager, or done)."""
+        if not self.config.train.compile or self.warmed_up:
+            return False
+        micro = self.config.train.accumulation_steps(self.batches.world_size)
+        rows = max(split_evenly(len(self.batches.share()), micro))
+        warm_up(self.model, (rows, self.config.model.seq_len), self.device)
+        for hook in self.grad_hooks:  # its gradient is no step's: int8 carries none of it
+            hook.residual = None
+        self.warmed_up = True
+        return True
 
     def train_step(self) -> StepMetrics:
         cfg = self.config
@@ -220,6 +238,7 @@ class Trainer:
         history: list[dict] = []
         self.stop_reason = None
         try:
+            self.warm_up()  # where the rank actor has not (its start-up phase `compiled`)
             while self.step < stop:
                 metrics = self.train_step().as_dict()
                 metrics["data_wait_s"] = self.batches.wait_s  # the step's wait for its batch

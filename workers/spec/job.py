@@ -211,6 +211,7 @@ class JobSpec(_Section):
         for name in RECIPE_FIELDS:  # a recipe field at its default hashes as before it was one
             if curve["train"][name] == TrainSpec.model_fields[name].default:
                 curve["train"].pop(name)
+        curve["train"].pop("compile")  # how the blocks run, not what they compute (eager's curve)
         if self.data.source not in TOKEN_SOURCES:  # likewise bytes' before token data's
             for name in TOKEN_DATA_FIELDS:
                 curve["data"].pop(name)

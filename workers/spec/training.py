@@ -68,6 +68,9 @@ class TrainSpec(_Section):
     eps: Annotated[float, Field(gt=0, le=1)] = 1e-8
     grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0  # 0: no clipping
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0  # initial weights and data order
+    # torch.compile each block (inductor, CPU and GPU) before FSDP wraps it;
+    # compiled at start-up, the "compile" phase (workers/engine/compilation.py)
+    compile: bool = False
 
     def rank_batches(self, world_size: int) -> list[int]:
         """Each rank's samples of a global batch, rank 0 first (`split_evenly`)."""

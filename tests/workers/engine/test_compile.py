@@ -1,0 +1,55 @@
+"""`train.compile`: the blocks compiled by inductor follow the eager loss
+curve at world size 2 (two spawned gloo ranks); the compilation happens in
+the warm-up, before the first step; and where the compiler cannot run (no
+C++ compiler) the engine fails with the compiler's reason as a
+`CompileError`, which the control plane does not restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.workers.engine_spec import engine_spec
+from workers.cluster.errors import is_permanent
+
+STEPS = 20
+
+
+def test_compiled_blocks_follow_the_eager_curve_and_compile_before_the_first_step():
+    from tests.checkpoints.ckpt_harness import run_ranks
+    from tests.workers.engine.compile_ranks import compiled_and_eager
+
+    with tempfile.TemporaryDirectory() as out:
+        run_ranks(compiled_and_eager, 2, out, STEPS)
+        found = json.loads(Path(f"{out}/losses.json").read_text())
+    print({k: v for k, v in found.items() if "warm" in k})
+    for name in ("eager", "int8"):
+        eager, compiled = found[name], found[f"{name}/compiled"]
+        assert len(eager) == len(compiled) == STEPS
+        assert eager[-1] < eager[0]  # it trains
+        assert compiled == pytest.approx(eager, abs=1e-4), name
+        # the eager Trainer has nothing to warm up; the compiled one compiles there
+        assert not found[f"{name}/warmed_up"] and found[f"{name}/warmed_up/compiled"]
+
+
+def test_a_compiler_that_cannot_run_fails_with_its_reason_as_a_permanent_error(tmp_path):
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps(engine_spec(3, data={"source": "synthetic"},
+                                             train={"compile": True})))
+    # inductor's C++ compiler, as its config reads it from the environment: not there
+    env = dict(os.environ, OMP_NUM_THREADS="1", CXX=str(tmp_path / "no-such-c++"))
+    out = subprocess.run([sys.executable, "-m", "workers.engine.local", "--config", str(config)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]  # the traceback's last line: the error
+    assert "workers.engine.errors.CompileError: torch.compile (train.compile) cannot run here: " \
+        in last, out.stderr[-3000:]
+    assert "C++ compiler" in last and "no-such-c++" in last, last
+    assert '"step"' not in out.stdout  # it failed before any step
+    assert is_permanent(f"rank 0 (pid 7, node 10.0.0.1) failed: CompileError: {last}")
