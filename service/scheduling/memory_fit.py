@@ -4,7 +4,10 @@ numbers, so tests feed it made-up models and workers.
 Per rank, at data-parallel shard degree N (FSDP shards over N ranks; tensor
 parallelism, degree T, splits each parameter over T ranks first):
 
-    sharded state      16 B x P / (N T)    fp32 param, grad, AdamW's two moments
+    sharded state      8 B x P / (N T)     fp32 param and grad
+                       + the optimizer's state, as its descriptor counts it
+                       (workers/spec/recipes.py): AdamW's and Adam's two moments
+                       8 B x P / (N T), SGD's momentum 4 (none without)
     + gathered         the largest FSDP unit's parameters, all-gathered in the
                        param dtype (a full_shard step gathers one unit at a
                        time); `shard_grad_op` keeps every unit gathered from
@@ -17,14 +20,15 @@ need more. A job runs at any of its valid world sizes, so each must fit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from workers.spec import JobSpec
 
-ADAM_BYTES_PER_PARAM = 16
+PARAM_GRAD_BYTES_PER_PARAM = 8  # fp32 param and grad
+ADAM_STATE_BYTES_PER_PARAM = 8  # AdamW's two fp32 moments, the default optimizer's state
 GB = 1e9
 
 
@@ -35,12 +39,21 @@ class ModelSize:
     param_bytes: int  # bytes per value of the gathered params (param_dtype)
     keeps_gathered: bool = False  # shard_grad_op: every unit stays gathered through backward
     tp: int = 1
+    optimizer: str = "adamw"
+    # the optimizer's state bytes per rank at a shard degree; None: AdamW's 8 B/param
+    optimizer_state: Callable[[int], float] | None = None
 
     def per_rank_bytes(self, shard_degree: int) -> tuple[float, float]:
         """(sharded state, gathered) bytes per rank at this shard degree."""
         params = self.num_params / self.tp
         gathered = (params if self.keeps_gathered else self.largest_unit / self.tp) * self.param_bytes
-        return ADAM_BYTES_PER_PARAM * params / shard_degree, gathered
+        state = (ADAM_STATE_BYTES_PER_PARAM * params / shard_degree if self.optimizer_state is None
+                 else self.optimizer_state(shard_degree))
+        return PARAM_GRAD_BYTES_PER_PARAM * params / shard_degree + state, gathered
+
+    def state_bytes_per_param(self, shard_degree: int) -> float:
+        """The sharded state per rank as bytes per parameter before sharding (AdamW: 16)."""
+        return self.per_rank_bytes(shard_degree)[0] * shard_degree * self.tp / self.num_params
 
 
 @dataclass(frozen=True)
@@ -71,9 +84,11 @@ class MemoryFitPolicy:
         fitting = sorted(m for m in need if need[m] <= worker_bytes)
         fits_from = fitting[0] if fitting else None
         tp = f" x {model.tp} (tp)" if model.tp > 1 else ""
+        recipe = "" if model.optimizer == "adamw" else f" ({model.optimizer})"
         reason = (
-            f"the model needs {need[n] / GB:.2f} GB per rank at {n} workers: sharded state "
-            f"16 B x {model.num_params:,} params / {shard}{tp} = {state / GB:.2f} GB, plus "
+            f"the model needs {need[n] / GB:.2f} GB per rank at {n} workers: sharded state"
+            f"{recipe} {model.state_bytes_per_param(shard):.3g} B x {model.num_params:,} params "
+            f"/ {shard}{tp} = {state / GB:.2f} GB, plus "
             f"{gathered / GB:.2f} GB gathered ("
             + ("every unit, shard_grad_op" if model.keeps_gathered else
                f"the largest unit, {model.largest_unit:,} params")
@@ -90,10 +105,16 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 def model_size(spec: JobSpec) -> ModelSize:
     """A job's model, as the policy counts it (from the spec alone: torch-free)."""
     count = spec.model.param_count()
-    sh = spec.sharding
+    sh, train, tp = spec.sharding, spec.train, _tp(spec)
+    kind = train.optimizer_kind
+
+    def optimizer_state(shard_degree: int) -> float:
+        return kind.state_bytes(spec.model, train, round(count.total / tp), shard_degree)
+
     return ModelSize(num_params=count.total, largest_unit=count.largest_unit(sh.blocks_per_unit),
                      param_bytes=DTYPE_BYTES[sh.param_dtype],
-                     keeps_gathered=sh.strategy == "shard_grad_op", tp=_tp(spec))
+                     keeps_gathered=sh.strategy == "shard_grad_op", tp=tp,
+                     optimizer=train.optimizer, optimizer_state=optimizer_state)
 
 
 def shard_degrees(spec: JobSpec, world_sizes: Sequence[int]) -> list[tuple[int, int]]:

@@ -62,3 +62,18 @@ def test_figures_from_a_spec():
     assert size.largest_unit == max(2 * count.block, count.embedding, count.head, count.root)
     assert size.param_bytes == 2
     assert shard_degrees(spec, spec.world_sizes()) == [(4, 2), (3, 1), (2, 1)]
+
+
+@pytest.mark.parametrize("train, per_param", [
+    ({}, 16), ({"optimizer": "adam"}, 16), ({"optimizer": "sgd", "momentum": 0.9}, 12),
+    ({"optimizer": "sgd"}, 8),
+])
+def test_the_optimizer_sets_the_state_per_param(train, per_param):
+    spec = JobSpec.model_validate({"model": {"n_layers": 2}, "train": {"steps": 1, **train}})
+    size = model_size(spec)
+    for shard in (1, 2, 3):
+        assert size.per_rank_bytes(shard)[0] == pytest.approx(per_param * size.num_params / shard)
+    decision = POLICY.check(size, [(2, 2)], 1000.0)
+    recipe = "" if not train else f" ({train['optimizer']})"
+    assert f"sharded state{recipe} {per_param} B x {size.num_params:,} params / 2 = " \
+        in decision.reason

@@ -8,7 +8,9 @@
   `to_local()`) are within 1.1x of `mem_theory_bytes` = 16 x P / N. Gradients
   are counted: the trainer holds them, sharded, from the backward's
   reduce-scatter to the end of the step (between steps it holds none).
-  AdamW's per-parameter `step` counters are counted too (a few bytes).
+  AdamW's per-parameter `step` counters are counted too (a few bytes). Every
+  other optimizer's state is what its descriptor counts (Adam 8 B/param / N,
+  SGD's momentum 4, none without), within the same bound.
 - "no rank holds the whole model" (the sharded build, workers/engine/build.py):
   every tensor the build allocates is recorded (a TorchDispatchMode): none is
   larger than the largest parameter, at most one of the largest parameter's
@@ -27,8 +29,13 @@ import pytest
 
 from tests.checkpoints.ckpt_harness import run_ranks
 from tests.workers.engine.memory_ranks import build_allocations, state_bytes
+from tests.workers.engine_spec import RECIPES
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 param + grad + exp_avg + exp_avg_sq
+PARAM_GRAD_BYTES_PER_PARAM = 8
+# Every optimizer of the engine tests, and SGD without momentum (no state at all).
+OPTIMIZERS = {name: train for name, train in RECIPES.items() if name != "adamw"} | {
+    "sgd-no-momentum": {"optimizer": "sgd"}}
 
 
 def read(directory, prefix: str, world_size: int) -> list[dict]:
@@ -57,6 +64,21 @@ def test_each_rank_holds_16_bytes_per_param_over_n_of_params_grads_and_adam_stat
     # The shards add up to the whole: each element on exactly one rank.
     assert sum(h["params"] for h in ranks) == ranks[0]["full_param_bytes"]
     assert sum(h["grads"] for h in ranks) == ranks[0]["full_param_bytes"]
+
+
+@pytest.mark.parametrize("recipe", OPTIMIZERS)
+def test_each_optimizers_state_per_rank_is_what_its_descriptor_counts(tmp_path, recipe):
+    """`mem_theory_bytes` = 8 B/param / N of params and grads + the optimizer's
+    own count (workers/spec/recipes.py), held against what 3 ranks hold after a step."""
+    world_size = 3
+    run_ranks(state_bytes, world_size, str(tmp_path), OPTIMIZERS[recipe])
+    for rank, held in enumerate(read(tmp_path, "state", world_size)):
+        assert held["metric_theory"] == held["theory"], held  # the metric the job reports
+        state_theory = held["theory"] - PARAM_GRAD_BYTES_PER_PARAM * held["num_params"] / world_size
+        # the state's tensors (a few bytes of step counters besides)
+        assert state_theory / 1.1 - 64 <= held["state"] <= 1.1 * state_theory + 64, (rank, held)
+        total = held["params"] + held["grads"] + held["state"]
+        assert held["theory"] / 1.1 <= total <= 1.1 * held["theory"], (rank, total, held)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
