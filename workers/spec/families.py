@@ -70,6 +70,21 @@ class ParamCount:
         return max(blocks, self.embedding, self.head, self.root)
 
 
+@dataclass(frozen=True)
+class TensorShapes:
+    """A model's parameter shapes from the spec alone: one block's (every
+    block has the same) and the rest's (embedding, head, final norm, position
+    table), a tied head counted once. What an optimizer whose state is not
+    one value per parameter counts its state from (workers/spec/recipes.py)."""
+
+    block: tuple[tuple[int, ...], ...]
+    n_blocks: int
+    rest: tuple[tuple[int, ...], ...]
+
+    def all(self) -> list[tuple[int, ...]]:
+        return [*self.block * self.n_blocks, *self.rest]
+
+
 def _no_problem(spec: Any) -> tuple[str, str] | None:
     return None
 
@@ -87,6 +102,9 @@ class Family:
     # the model declares a tensor-parallel plan (`tp_plan()`, workers/engine/tensor_parallel.py):
     # only such a family may run with parallelism.tp > 1
     tensor_parallel: bool = False
+    # its parameters' shapes (kept in sync by a test); unset, an optimizer
+    # whose state follows the shapes counts its worst case
+    shapes: Callable[[Any], TensorShapes] | None = None
 
     def build(self, spec: Any) -> Any:
         module, _, attribute = self.builder.partition(":")
@@ -159,6 +177,23 @@ def _llama_params(spec: Any) -> ParamCount:
                       head=spec.vocab_size * d, root=d, tied=spec.tie_embeddings)
 
 
+def _gpt_shapes(spec: Any) -> TensorShapes:
+    d, v, m = spec.d_model, spec.vocab_size, spec.mlp_ratio
+    block = ((d,), (d,), (3 * d, d), (d, d), (d,), (d,), (m * d, d), (d, m * d))  # ln1, attn, ln2, mlp
+    return TensorShapes(block, spec.n_layers, ((spec.seq_len, d), (v, d), (d,), (d,), (v, d)))
+
+
+def _llama_shapes(spec: Any) -> TensorShapes:
+    d, v, f = spec.d_model, spec.vocab_size, spec.ffn_width
+    q, kv = spec.n_heads * (d // spec.n_heads), spec.kv_heads * (d // spec.n_heads)
+    block: tuple[tuple[int, ...], ...] = ((d,), (q, d), (kv, d), (kv, d), (d, q), (d,),
+                                          (f, d), (f, d), (d, f))
+    if spec.qkv_bias:
+        block += ((q,), (kv,), (kv,))
+    rest = ((v, d), (d,)) if spec.tie_embeddings else ((v, d), (d,), (v, d))
+    return TensorShapes(block, spec.n_layers, rest)
+
+
 def _llama_check(spec: Any) -> tuple[str, str] | None:
     if spec.n_heads % spec.kv_heads:
         return "n_kv_heads", (f"model.n_kv_heads ({spec.kv_heads}) must divide model.n_heads "
@@ -169,6 +204,7 @@ def _llama_check(spec: Any) -> tuple[str, str] | None:
     return None
 
 
-GPT = Family("gpt", "workers.models.gpt:GPT", _gpt_params, frozenset({"mlp_ratio"}))
+GPT = Family("gpt", "workers.models.gpt:GPT", _gpt_params, frozenset({"mlp_ratio"}),
+             shapes=_gpt_shapes)
 LLAMA = Family("llama", "workers.models.llama:Llama", _llama_params, frozenset(OPTIONAL_FIELDS),
-               _llama_check, tensor_parallel=True)
+               _llama_check, tensor_parallel=True, shapes=_llama_shapes)

@@ -202,6 +202,59 @@ ADAM = OptimizerKind("adam", "workers.engine.optimizers:build_adam",
 SGD = OptimizerKind("sgd", "workers.engine.optimizers:build_sgd", elementwise_state(_sgd_state),
                     ("momentum", "nesterov", "weight_decay"), _sgd_check)
 
+# Muon and Adafactor update each matrix from statistics of the whole matrix, never
+# of a shard (workers/engine/whole_matrix.py); their state follows the shapes.
+
+
+def _shapes(model: Any) -> Any:
+    """The model's parameter shapes (workers/spec/families.py TensorShapes), or None."""
+    shapes = model.family_spec.shapes
+    return None if shapes is None else shapes(model)
+
+
+def _muon_state(model: Any, train: Any, params: int, shard_degree: int) -> float:
+    """Muon's momentum (fp32, sharded as its matrix is) for the blocks' matrices,
+    AdamW's two moments for the rest. With tensor parallelism `params` is one
+    TP rank's piece: the matrices are split, the norms (the 1-D tensors) are
+    not, so the piece holds (params - 1-D) / (all - 1-D) of the matrices.
+    A family without shapes: every block parameter counted as a matrix."""
+    shapes, count = _shapes(model), model.param_count()
+    if shapes is None:
+        hidden, vectors = count.n_blocks * count.block, 0
+    else:
+        hidden = shapes.n_blocks * sum(_numel(s) for s in shapes.block if len(s) == 2)
+        vectors = sum(_numel(s) for s in shapes.all() if len(s) < 2)
+    hidden_piece = hidden * (params - vectors) / (count.total - vectors)
+    return (FP32 * hidden_piece + 2 * FP32 * (params - hidden_piece)) / shard_degree
+
+
+def _adafactor_state(model: Any, train: Any, params: int, shard_degree: int) -> float:
+    """Adafactor's factored second moment, held whole on every rank whatever
+    the sharding: a row and a column vector per matrix, a full one per vector,
+    and a step count (a 4-byte scalar) each. A family without shapes: its worst
+    case, a full second moment (4 B per parameter, whole)."""
+    shapes = _shapes(model)
+    if shapes is None:
+        return FP32 * model.num_params()
+    return FP32 * sum((s[0] + s[1] if len(s) == 2 else _numel(s)) + 1 for s in shapes.all())
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
+
+
+# torch.optim.Muon on the blocks' matrices, each orthogonalized whole; AdamW on
+# the embedding, head, norms and biases (its knobs: beta1, beta2, eps, weight_decay).
+MUON = OptimizerKind("muon", "workers.engine.whole_matrix:build_muon", _muon_state,
+                     ("momentum", "nesterov", "ns_steps", "adjust_lr_fn", *ADAM_FIELDS))
+# torch.optim.Adafactor on every parameter whole; eps is its eps1 (the floor of
+# the squared-gradient estimate; unset: torch's, the dtype's epsilon).
+ADAFACTOR = OptimizerKind("adafactor", "workers.engine.whole_matrix:build_adafactor",
+                          _adafactor_state, ("beta2_decay", "eps", "weight_decay"))
+
 # -- the built-in schedules ----------------------------------------------------------
 
 COSINE = ScheduleKind("cosine", "workers.engine.schedules:cosine",

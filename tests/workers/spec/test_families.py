@@ -148,6 +148,20 @@ def test_counts_by_unit_match_the_built_model(case):
     assert count.largest_unit(2) == max(2 * count.block, count.embedding, count.head, root)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_shapes_are_the_built_models(case):
+    from workers.models import build_model
+
+    spec = ModelSpec(**CASES[case])
+    model = build_model(spec)
+    shapes = spec.family_spec.shapes(spec)
+    block_ids = {id(p) for p in model.blocks.parameters()}
+    assert shapes.n_blocks == len(model.blocks)
+    assert sorted(shapes.block) == sorted(tuple(p.shape) for p in model.blocks[0].parameters())
+    assert sorted(shapes.rest) == sorted(tuple(p.shape) for p in model.parameters()
+                                         if id(p) not in block_ids)
+
+
 def test_a_gpt_config_hash_still_leaves_out_the_new_fields():
     spec = JobSpec.model_validate({"model": {"n_layers": 2}, "train": {"steps": 3}})
     assert spec.config_hash() == "2444a747562abe63cf6d305ee442b816b007edc5a2745f625e2af184aaa338d4"

@@ -1,0 +1,241 @@
+"""Optimizers whose update is not elementwise, made exact under sharding:
+Muon and Adafactor, each update computed on the whole matrix, never on a shard.
+
+FSDP2 hands an optimizer each parameter's local shard (a DTensor, split on
+dim 0 over the data-parallel ranks and, with tensor parallelism, over the TP
+ranks too). An elementwise optimizer (AdamW, SGD) is exact on a shard; these
+two are not. Muon orthogonalizes its momentum with a Newton-Schulz iteration
+over the whole matrix; torch's `Muon` given a shard orthogonalizes the shard
+alone, a different update at every world size. Adafactor keeps row and column
+means of the squared gradient and scales each step by the parameter's RMS and
+clips it by the update's: statistics of the whole tensor. So:
+
+    muon       the momentum is kept sharded, laid out like the parameter (its
+               update, `lerp`, is elementwise); each hidden matrix's Nesterov
+               momentum is gathered whole (one all-gather of the matrix), torch's
+               Newton-Schulz orthogonalizes it, and each rank applies its own
+               piece. Every rank runs the same iteration on the same matrix, so
+               the pieces agree (bitwise) with one process's whole update.
+               Embeddings, the head, norms and biases: torch's AdamW, today's
+               parameter groups.
+    adafactor  each parameter and its gradient are gathered whole and torch's
+               Adafactor updates the whole tensor; each rank keeps its piece.
+               The factored moments (a row and a column vector per matrix) and
+               a vector's second moment are small: every rank holds them whole.
+
+Both use torch's own math (torch.optim.Muon's Newton-Schulz and learning-rate
+adjustment, torch.optim.Adafactor's functional update), so one process and
+any sharding give the same update for the same whole matrix.
+
+State stays keyed by the model's own parameters (`optimizer.state[param]`),
+what DCP's `get_state_dict` maps to parameter names: Muon's momentum is a
+DTensor laid out like its parameter (resharded at load, as AdamW's moments
+are); Adafactor's whole vectors are plain tensors, the same at any world size.
+
+What a rank holds beyond its shards, transiently in `step()`: Muon, one
+whole hidden matrix's momentum (fp32) and its bf16 iterates at a time;
+Adafactor, one whole parameter, its gradient and torch's variance estimate
+and update (four whole copies of the largest tensor, the embedding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor, Replicate
+from torch.optim._adafactor import adafactor
+from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz
+
+from workers.spec import TrainSpec
+
+MUON_MOMENTUM = 0.95  # torch.optim.Muon's defaults, where the spec leaves a knob unset
+MUON_NESTEROV = True
+MUON_NS_STEPS = 5
+
+
+def whole(tensor: Tensor) -> Tensor:
+    """The whole tensor a (possibly sharded) tensor is a piece of: gathered
+    from every rank that holds a piece (a collective), or itself."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def piece(full: Tensor, like: Tensor) -> Tensor:
+    """This rank's piece of `full` (the same on every rank), laid out as the
+    parameter `like` is: a DTensor with `like`'s mesh and placements (found
+    without communication), or `full` itself."""
+    if not isinstance(like, DTensor):
+        return full
+    mesh = like.device_mesh
+    replicated = DTensor.from_local(full, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return replicated.redistribute(mesh, like.placements)
+
+
+def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The blocks' 2-D weights (the decoder's `blocks`, workers/models): the
+    matrices Muon orthogonalizes. Embeddings, the head, norms and biases are not."""
+    blocks: nn.Module = model.blocks  # type: ignore[assignment]
+    return [p for p in blocks.parameters() if p.ndim == 2]
+
+
+def decay_groups(params: Iterable[nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
+    """The elementwise optimizers' groups (workers/engine/optimizers.py) over
+    `params`: matrices decayed, norms' gains and biases not."""
+    params = list(params)
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+class _Composite(torch.optim.Optimizer):
+    """One optimizer over parts that keep one `state` and one `param_groups`:
+    each group names its part (`"part"`), and a torch optimizer that runs a
+    part in place (`self.parts`) is handed those very dicts again whenever
+    the state is replaced (a load)."""
+
+    def __init__(self, groups: list[dict[str, Any]], defaults: dict[str, Any]):
+        super().__init__([g for g in groups if g["params"]], defaults)
+        self.parts: dict[str, torch.optim.Optimizer] = {}
+
+    def _groups(self, part: str) -> list[dict[str, Any]]:
+        return [g for g in self.param_groups if g["part"] == part]
+
+    def _link(self) -> None:
+        for name, optimizer in self.parts.items():
+            optimizer.param_groups = self._groups(name)
+            optimizer.state = self.state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # Optimizer.load_state_dict ends here
+        super().__setstate__(state)
+        if "parts" in self.__dict__:
+            self._link()
+
+
+class WholeMatrixMuon(_Composite):
+    """torch's Muon on the hidden matrices, each orthogonalized whole; torch's
+    AdamW on the rest. Group keys as torch's optimizers name them."""
+
+    def __init__(self, model: nn.Module, train: TrainSpec, *, momentum: float, nesterov: bool,
+                 ns_steps: int, adjust_lr_fn: str | None):
+        hidden = hidden_matrices(model)
+        hidden_ids = {id(p) for p in hidden}
+        rest = [p for p in model.parameters() if id(p) not in hidden_ids]
+        # torch.optim.Muon's own checks and defaults (ns_coefficients, eps) for its group.
+        reference = torch.optim.Muon([torch.zeros(1, 1)], lr=train.lr,
+                                     weight_decay=train.weight_decay, momentum=momentum,
+                                     nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+        muon = reference.defaults | {"params": hidden, "part": "muon"}
+        adamw = [g | {"part": "adamw"} for g in decay_groups(rest, train.weight_decay)]
+        super().__init__([muon, *adamw], {"lr": train.lr})
+        # AdamW's own class runs its groups in place (its defaults fill them).
+        if self._groups("adamw"):
+            self.parts["adamw"] = torch.optim.AdamW(
+                [{"params": g["params"]} for g in self._groups("adamw")],
+                lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps)
+            for ours, its in zip(self._groups("adamw"), self.parts["adamw"].param_groups,
+                                 strict=True):
+                ours.update({k: v for k, v in its.items() if k not in ours})
+        self._link()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self._groups("muon"):
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._orthogonalized_step(p, group)
+        for part in self.parts.values():
+            part.step()
+        return loss
+
+    def _orthogonalized_step(self, p: Tensor, group: dict[str, Any]) -> None:
+        """torch.optim.Muon's update of one matrix (torch/optim/_muon.py,
+        `_single_tensor_muon`), its Newton-Schulz on the whole matrix."""
+        grad, lr, momentum = p.grad, group["lr"], group["momentum"]
+        assert grad is not None
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+        buf = state["momentum_buffer"]
+        buf.lerp_(grad, 1 - momentum)  # elementwise: on the shard
+        update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+        full = _zeropower_via_newtonschulz(whole(update), group["ns_coefficients"],
+                                           group["ns_steps"], group["eps"])
+        p.mul_(1 - lr * group["weight_decay"])
+        p.add_(piece(full, p), alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape))
+
+
+class WholeMatrixAdafactor(torch.optim.Optimizer):
+    """torch's Adafactor, each parameter updated whole (gathered, updated,
+    its piece kept); the factored moments held whole on every rank."""
+
+    def __init__(self, model: nn.Module, train: TrainSpec, *, beta2_decay: float,
+                 eps: tuple[float | None, float]):
+        # The class's own checks and defaults (d, maximize) for our groups.
+        reference = torch.optim.Adafactor([torch.zeros(1)], lr=train.lr, beta2_decay=beta2_decay,
+                                          eps=eps)
+        super().__init__(decay_groups(model.parameters(), train.weight_decay),
+                         {k: v for k, v in reference.defaults.items() if k != "weight_decay"})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._whole_step(p, group)
+        return loss
+
+    def _whole_step(self, p: Tensor, group: dict[str, Any]) -> None:
+        assert p.grad is not None
+        state = self.state[p]
+        full_p, full_grad = whole(p.detach()).clone(), whole(p.grad)
+        if not state:  # as torch.optim.Adafactor's _init_group, at the whole shape
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            if full_grad.dim() > 1:
+                state["row_var"] = full_grad.new_zeros((*full_grad.shape[:-1], 1))
+                state["col_var"] = full_grad.new_zeros((*full_grad.shape[:-2], 1, full_grad.shape[-1]))
+            else:
+                state["variance"] = torch.zeros_like(full_grad)
+        eps1, eps2 = group["eps"]
+        adafactor([full_p], [full_grad], [state.get("row_var")], [state.get("col_var")],
+                  [state.get("variance")], [state["step"]],
+                  d=group["d"], lr=group["lr"], beta2_decay=group["beta2_decay"],
+                  weight_decay=group["weight_decay"], eps1=eps1, eps2=eps2, foreach=False,
+                  maximize=group["maximize"], grad_scale=None, found_inf=None, has_complex=False)
+        mine = piece(full_p, p)
+        (p.to_local() if isinstance(p, DTensor) else p).copy_(
+            mine.to_local() if isinstance(mine, DTensor) else mine)
+
+
+def build_muon(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
+    """`train.optimizer: muon` (workers/spec/recipes.py MUON)."""
+    return WholeMatrixMuon(
+        model, train,
+        momentum=_knob(train, "momentum", MUON_MOMENTUM),
+        nesterov=_knob(train, "nesterov", MUON_NESTEROV),
+        ns_steps=_knob(train, "ns_steps", MUON_NS_STEPS),
+        adjust_lr_fn=_knob(train, "adjust_lr_fn", None),
+    )
+
+
+def build_adafactor(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
+    """`train.optimizer: adafactor` (workers/spec/recipes.py ADAFACTOR). `train.eps`,
+    where the spec sets it, is torch's eps1 (the floor of the squared-gradient
+    estimate); unset, torch's (None: the dtype's epsilon, 1e-3)."""
+    eps1 = train.eps if "eps" in train.model_fields_set else None
+    return WholeMatrixAdafactor(model, train, beta2_decay=_knob(train, "beta2_decay", -0.8),
+                                eps=(eps1, 1e-3))
+
+
+def _knob(train: TrainSpec, name: str, default: Any) -> Any:
+    """The spec's value of an optimizer knob; the default where it is unset (None)."""
+    value = getattr(train, name, None)
+    return default if value is None else value
