@@ -1,0 +1,145 @@
+"""The examples of docs/examples/, run as written: each YAML's leading comment
+gives the shell lines a user types (indented by three spaces after `#`,
+a trailing `\\` continuing a line), and a test per example runs them, in
+order, in one bash (`set -euo pipefail`: a line may use what an earlier one
+set), against a fresh `brigade serve` (tests/e2e/serve_harness.py), then
+checks what they made. The lines run in a scratch directory that sees the
+checkout's `.venv` and `docs` as a user's checkout has them, so whatever they
+write stays out of the checkout.
+
+The CLI is told only where that serve keeps its data (BRIGADE_DATA_DIR, what
+`.data/` is to a user: it finds the URL there) and the admin key.
+(The README's first job, docs/examples/pretrain-llama.yaml, runs as the
+README's quick start: tests/e2e/test_readme_quickstart.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.e2e.serve_harness import KEY, Server
+
+pytestmark = pytest.mark.timeout(600)
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "docs" / "examples"
+SECRET = "e2e-secret-0123456789abcdef"  # the harness's BRIGADE_SECRET
+
+
+def commands(example: Path) -> list[str]:
+    """The shell lines of an example's leading comment (`#   ...`), continuations joined."""
+    lines: list[str] = []
+    for line in example.read_text().splitlines():
+        if not line.startswith("#"):
+            break  # the comment at the top ends where the spec begins
+        if not line.startswith("#   "):
+            continue
+        text = line[4:].rstrip()
+        if lines and lines[-1].endswith("\\"):
+            lines[-1] = lines[-1][:-1].rstrip() + " " + text.strip()
+        else:
+            lines.append(text)
+    return lines
+
+
+def run_as_written(example: Path, server: Server, workdir: Path, timeout_s: float = 420
+                   ) -> subprocess.CompletedProcess:
+    """Run the example's lines in one bash in `workdir` (with the checkout's .venv and docs)."""
+    lines = commands(example)
+    assert lines, f"{example.name} has no commands in its leading comment"
+    for name in (".venv", "docs"):
+        (workdir / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("BRIGADE_URL", "BRIGADE_API_KEY", "BRIGADE_PROFILE")}
+    env |= {"BRIGADE_DATA_DIR": str(server.data_dir), "BRIGADE_ADMIN_KEY": KEY,
+            "BRIGADE_CONFIG": str(workdir / "no-profiles.yaml"), "COLUMNS": "120"}
+    script = "set -euo pipefail\n" + "\n".join(f"echo '+ {i}' >&2\n{line}"
+                                                 for i, line in enumerate(lines))
+    started = time.monotonic()
+    ran = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True,
+                         text=True, timeout=timeout_s)
+    print(f"{example.name}: {time.monotonic() - started:.1f} s")  # pytest -s: where the time goes
+    assert ran.returncode == 0, (f"{example.name}: exit {ran.returncode}\nstdout:\n"
+                                 f"{ran.stdout[-3000:]}\nstderr:\n{ran.stderr[-3000:]}\n"
+                                 f"{server.log_tail()}")
+    return ran
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("examples")).start()
+    yield srv
+    srv.stop()
+
+
+def test_the_commands_are_read_from_the_leading_comment():
+    lines = commands(EXAMPLES / "finetune-hf.yaml")
+    assert lines[0].startswith(".venv/bin/python docs/examples/make_tiny_llama.py ")
+    assert any(" submit " in line for line in lines)
+    assert all(not line.endswith("\\") for line in commands(EXAMPLES / "pretrain-llama.yaml"))
+
+
+# -- docs/examples/finetune-hf.yaml -----------------------------------------------------------
+
+def engine_logits(server: Server, job: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """The job's final checkpoint in Brigade's own model (one process)."""
+    from checkpoints import CheckpointTarget
+    from tests.checkpoints.ckpt_harness import init_single_rank
+    from workers.engine.trainer import Trainer
+    from workers.spec import JobSpec
+
+    target = CheckpointTarget(root=f"file://{server.data_dir}/storage", tenant="admin",
+                              job=job["id"], secret=SECRET)
+    init_single_rank()
+    try:
+        trainer = Trainer(JobSpec.model_validate(job["spec"]), target)
+        assert trainer.resumed_from == job["spec"]["train"]["steps"]
+        with torch.no_grad():
+            return trainer.model(tokens)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_finetune_hf(server, tmp_path):
+    import transformers
+
+    ran = run_as_written(EXAMPLES / "finetune-hf.yaml", server, tmp_path)
+    [job] = server.get("/v1/jobs")["items"]
+    spec, steps = job["spec"], job["spec"]["train"]["steps"]
+    assert job["state"] == "SUCCEEDED"
+    # The model was read from the directory's config.json: the stored spec holds its fields.
+    assert {k: spec["model"][k] for k in ("family", "n_layers", "d_model", "n_kv_heads",
+                                          "ffn_dim", "vocab_size", "config_uri")} == {
+        "family": "llama", "n_layers": 2, "d_model": 64, "n_kv_heads": 2, "ffn_dim": 128,
+        "vocab_size": 256, "config_uri": None}
+    assert spec["init"]["uri"].endswith("/tenants/admin/data/models/tiny-llama")
+    # every_steps 0: the final step is the one checkpoint, and the export on success is of it.
+    assert spec["checkpoint"]["every_steps"] == 0
+    assert [c["step"] for c in server.get(f"/v1/jobs/{job['id']}/checkpoints")] == [steps]
+    [export] = server.get(f"/v1/jobs/{job['id']}/exports")
+    assert (export["step"], export["dtype"]) == (steps, "float32")
+    asked = server.http.post(f"/v1/jobs/{job['id']}/exports", json={"dtype": "bfloat16"})
+    assert asked.status_code == 202 and asked.json()["step"] == steps, asked.text
+    deadline = time.monotonic() + 120
+    while len(server.get(f"/v1/jobs/{job['id']}/exports")) < 2:
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.5)
+
+    # The downloaded export: transformers loads it with Brigade's logits, its weights moved
+    # from the ones it started from, and the last line generated from it.
+    tuned = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "tiny-llama-tuned")).eval()
+    base = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "tiny-llama")).eval()
+    tokens = torch.tensor([list(b"def main():\n    return 0\n")])
+    with torch.no_grad():
+        theirs, before = tuned(tokens).logits, base(tokens).logits
+    assert (theirs - engine_logits(server, job, tokens)).abs().max() <= 1e-5
+    assert (theirs - before).abs().max() > 1e-2
+    assert "uploaded tiny-llama/model.safetensors" in ran.stdout
+    generated = ran.stdout[ran.stdout.rindex("\ndef ") + 1:]
+    assert len(generated.encode()) > len("def ") + 10, ran.stdout
