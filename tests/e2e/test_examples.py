@@ -143,3 +143,29 @@ def test_finetune_hf(server, tmp_path):
     assert "uploaded tiny-llama/model.safetensors" in ran.stdout
     generated = ran.stdout[ran.stdout.rindex("\ndef ") + 1:]
     assert len(generated.encode()) > len("def ") + 10, ran.stdout
+
+
+# -- docs/examples/mixture.yaml ---------------------------------------------------------------
+
+def test_mixture(server, tmp_path):
+    ran = run_as_written(EXAMPLES / "mixture.yaml", server, tmp_path)
+    [job] = [j for j in server.get("/v1/jobs")["items"] if j["name"] == "mixture"]
+    assert job["state"] == "SUCCEEDED"
+    mix = job["spec"]["data"]["mix"]
+    assert [m["uri"].rsplit("/", 2)[-2:] for m in mix] == [["datasets", "prose"], ["datasets", "code"]]
+    assert mix[0]["uri"].endswith("/tenants/admin/data/datasets/prose")
+    rows = server.get(f"/v1/jobs/{job['id']}/metrics")
+    steps, seq = job["spec"]["train"]["steps"], job["spec"]["model"]["seq_len"]
+    assert [row["step"] for row in rows] == list(range(1, steps + 1))
+    # prose 3 : code 1 of 8 samples: 6 and 2 a batch, each member's tokens so far in every row
+    assert [row["mix_tokens"] for row in rows] == [{"prose": 6 * s * seq, "code": 2 * s * seq}
+                                                   for s in range(1, steps + 1)]
+    evals = [row for row in rows if row["eval_loss"] is not None]
+    assert [row["step"] for row in evals] == [10, 20, 30]
+    for row in evals:
+        by_member = row["mix_eval_loss"]
+        assert set(by_member) == {"prose", "code"}
+        assert row["eval_loss"] == pytest.approx(0.75 * by_member["prose"] + 0.25 * by_member["code"])
+    assert evals[-1]["mix_eval_loss"]["code"] < evals[0]["mix_eval_loss"]["code"]
+    # the metrics line of the example: the per-member columns, as JSON
+    assert '"prose": ' in ran.stdout and '"code": ' in ran.stdout and "MIX_EVAL_LOSS" in ran.stdout
