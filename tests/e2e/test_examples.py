@@ -110,7 +110,7 @@ def test_finetune_hf(server, tmp_path):
     import transformers
 
     ran = run_as_written(EXAMPLES / "finetune-hf.yaml", server, tmp_path)
-    [job] = server.get("/v1/jobs")["items"]
+    [job] = [j for j in server.get("/v1/jobs")["items"] if j["name"] == "finetune-hf"]
     spec, steps = job["spec"], job["spec"]["train"]["steps"]
     assert job["state"] == "SUCCEEDED"
     # The model was read from the directory's config.json: the stored spec holds its fields.
