@@ -1,0 +1,204 @@
+"""Each optimizer's state per rank against the memory theory its descriptor
+gives (workers/spec/recipes.py), its peak RSS and its step time.
+
+    .venv/bin/python -m bench.optimizers [--world-sizes 1,2,4] [--optimizers adamw,sgd]
+
+For each registered optimizer of `OPTIMIZERS` (each as the `train` fields that
+choose it) and world size N, N spawned processes (a gloo group on 127.0.0.1)
+build bench/memory.py's GPT with FSDP2 `full_shard`, train three engine steps
+(`Trainer.train_step`), then run one more forward and backward so that every
+gradient exists, and each rank counts
+
+- its sharded state, exactly: numel x element size of its local shard of
+  every parameter, every gradient and every optimizer state tensor (the
+  per-parameter `step` scalars apart), against the engine's
+  `mem_theory_bytes` metric: 8 B/param / N of fp32 params and grads plus the
+  optimizer's own count (AdamW and Adam 8 B/param / N, SGD's momentum 4, none
+  without);
+- its peak RSS growth over the baseline bench/memory.py takes (after the
+  imports, the process group and a one-layer Trainer's two steps), against
+  workers/engine/memory.py's `peak_theory` (that state + the largest unit
+  gathered and its gradient + the activations autograd saves);
+- the median time of steps 2 and 3 (the optimizer's state exists from step 1 on).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.memory import MODEL, QUICK_MODEL, PhaseProfile, activations, job, local_bytes, one_off_growth
+from bench.report import OUT, Figure, Goal, cli, load
+
+MB = 1e6
+# The optimizers compared, each as the train fields that choose it. An
+# optimizer added to Brigade adds its entry here (and reruns this figure).
+OPTIMIZERS: dict[str, dict] = {
+    "adamw": {},
+    "adam": {"optimizer": "adam"},
+    "sgd": {"optimizer": "sgd", "momentum": 0.9, "nesterov": True},
+    "sgd (no momentum)": {"optimizer": "sgd"},
+}
+
+
+def spec_of(model: dict, train: dict):
+    from workers.spec import JobSpec
+
+    raw = job(model)
+    raw["train"] = raw["train"] | train
+    return JobSpec.model_validate(raw)
+
+
+def rank_main(rank: int, world_size: int, port: int, model: dict, train: dict, result: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
+    from workers.engine.trainer import Trainer
+
+    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
+                                  world_size=world_size, timeout_s=600))
+    try:
+        spec = spec_of(model, train)
+        warm_up = one_off_growth(spec)
+        dist.barrier()
+        profile = PhaseProfile()
+        trainer = Trainer(spec)
+        profile.mark("build (Trainer)")
+        times = []
+        for step in (1, 2, 3):
+            profile.step = step
+            start = time.perf_counter()
+            metrics = trainer.train_step()
+            times.append(time.perf_counter() - start)
+            profile.mark("step")
+        x, y = trainer.batches.next_batch()  # a fourth forward and backward: every gradient exists
+        F.cross_entropy(trainer.model(x).float().flatten(0, 1), y.flatten()).backward()
+        profile.mark("backward")
+
+        params = list(trainer.model.parameters())
+        state = step_bytes = 0
+        for per_param in trainer.optimizer.state.values():
+            for key, value in per_param.items():
+                if torch.is_tensor(value):
+                    if key == "step":
+                        step_bytes += local_bytes(value)[1]
+                    else:
+                        state += local_bytes(value)[1]
+        row = {"rank": rank, "num_params": trainer.num_params, "warm_up": warm_up,
+               "growth": profile.peak(), "theory": metrics.mem_theory_bytes,
+               "param_bytes": sum(local_bytes(p)[1] for p in params),
+               "grad_bytes": sum(local_bytes(p.grad)[1] for p in params if p.grad is not None),
+               "optim_bytes": state, "optim_step_bytes": step_bytes,
+               "step_s": statistics.median(times[1:])}
+        row["state_bytes"] = row["param_bytes"] + row["grad_bytes"] + state
+        trainer.batches.close()
+        rows = [None] * world_size
+        dist.all_gather_object(rows, row)
+        if rank == 0:
+            Path(result).write_text(json.dumps(rows))
+    finally:
+        destroy_process_group()
+
+
+def run_world(world_size: int, model: dict, train: dict) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    from workers.engine.distributed import free_port
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f"optimizers-ws{world_size}-", dir=OUT))
+    try:
+        result = workdir / "result.json"
+        mp.start_processes(rank_main, args=(world_size, free_port(), model, train, str(result)),
+                           nprocs=world_size, start_method="spawn")
+        return json.loads(result.read_text())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def add_args(parser) -> None:
+    parser.add_argument("--world-sizes", default="1,2,4")
+    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
+                        help=f"of: {', '.join(OPTIMIZERS)}")
+
+
+def run(args) -> Figure:
+    from workers.engine.memory import peak_theory
+
+    model = QUICK_MODEL if args.quick else MODEL
+    sizes = [int(n) for n in args.world_sizes.split(",")]
+    names = [n for n in args.optimizers.split(",") if n]
+    acts = activations(model, sizes)
+    rows, worst_state, worst_peak = [], 0.0, 0.0
+    params = 0
+    for name in names:
+        train = OPTIMIZERS[name]
+        spec = spec_of(model, train)
+        for n in sizes:
+            before = load()
+            ranks = run_world(n, model, train)
+            after = load()
+            params = ranks[0]["num_params"]
+            big = max(ranks, key=lambda r: r["state_bytes"])
+            theory = big["theory"]  # the metric: the same on every rank
+            optim_theory = theory - 8 * params / n
+            ratio = big["state_bytes"] / theory
+            worst_state = max(worst_state, abs(ratio - 1))
+            peak = peak_theory(spec, n, acts[n]).total
+            growth = max(r["growth"] for r in ranks)
+            worst_peak = max(worst_peak, growth / peak)
+            print(f"{name} N={n}: state {big['state_bytes'] / MB:.2f} MB vs {theory / MB:.2f} MB, "
+                  f"growth {growth / MB:.0f} MB vs {peak / MB:.0f} MB", file=sys.stderr)
+            rows.append(
+                f"| {name} | {n} | {theory / MB:.2f} | {big['state_bytes'] / MB:.2f} | {ratio:.4f} "
+                f"| {optim_theory / MB:.2f} / {big['optim_bytes'] / MB:.2f} "
+                f"| {big['optim_step_bytes']} | {peak / MB:.0f} | {growth / MB:.0f} "
+                f"| {growth / peak:.2f}x | {statistics.median(r['step_s'] for r in ranks):.3f} "
+                f"| {before:.2f} / {after:.2f} |")
+    lines = [
+        "GPT " + ", ".join(f"{k} {v}" for k, v in model.items()) + f": P = {params:,} params. "
+        "FSDP2 `full_shard`, fp32, a global batch of 12; N spawned processes on these 2 cores "
+        "(gloo), one thread each; each optimizer as `train` sets it ("
+        + "; ".join(f"{name}: `{json.dumps(t) if t else 'the default'}`"
+                    for name, t in OPTIMIZERS.items() if name in names) + "). "
+        "*Theory* is the engine's `mem_theory_bytes` metric, 8 B/param / N of params and grads "
+        "plus the optimizer's state as its descriptor counts it (workers/spec/recipes.py); "
+        "*measured* is the exact count of this rank's local shards of params, grads and the "
+        "optimizer's state tensors (its `step` scalars apart), the rank holding most. The peak "
+        "is bench/memory.py's: peak RSS growth over the baseline, against `peak_theory` "
+        "(that state + the largest unit gathered and its gradient + the activations).",
+        "",
+        "| optimizer | N | state theory (MB) | measured, max rank (MB) | measured / theory "
+        "| of which optimizer state: theory / measured (MB) | `step` scalars (B) "
+        "| peak theory (MB) | peak RSS growth, max rank (MB) | growth / peak theory "
+        "| step time, median rank (s) | load before / after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+    return Figure(
+        name="optimizers", title="Optimizers: state per rank vs the memory theory, step time",
+        command=f".venv/bin/python -m bench.optimizers --world-sizes {args.world_sizes}"
+                + (f" --optimizers {args.optimizers}" if names != list(OPTIMIZERS) else "")
+                + (" --quick" if args.quick else ""),
+        body="\n".join(lines),
+        headline=f"{', '.join(names)}: measured state / theory within {worst_state:.2%} at "
+                 f"N = {args.world_sizes}; peak RSS growth at most {worst_peak:.2f}x its theory",
+        goals=[Goal("each optimizer's per-rank state = its theory (within 1%)",
+                    f"worst off by {worst_state:.2%}", worst_state <= 0.01),
+               Goal("peak RSS growth per rank <= 1.5x its theory, every optimizer",
+                    f"worst {worst_peak:.2f}x", worst_peak <= 1.5)],
+    )
+
+
+if __name__ == "__main__":
+    cli("optimizers", __doc__, add_args, run)
