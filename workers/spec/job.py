@@ -123,6 +123,11 @@ class JobSpec(_Section):
                 and self.model.family != "llama"):
             raise refusal("init.uri", "init.uri reads Hugging Face Llama weights: it needs "
                           f"model.family 'llama', not {self.model.family!r}", self.init.uri)
+        if self.train.compile and self.parallelism.tp > 1:
+            raise refusal("train.compile", "train.compile compiles blocks that FSDP alone shards; "
+                          "with parallelism.tp > 1 compiled blocks leave the eager loss curve "
+                          "(torch 2.13) or fail with activation checkpointing: set one of them",
+                          self.train.compile)
         if model_known:
             self._tensor_parallel_fits()
         if not self.world_sizes():

@@ -1,4 +1,5 @@
-"""`train.compile`: the blocks compiled by inductor follow the eager loss
+"""`train.compile`: off by default and out of the config hash, refused with
+tensor parallelism; the blocks compiled by inductor follow the eager loss
 curve at world size 2 (two spawned gloo ranks); the compilation happens in
 the warm-up, before the first step; and where the compiler cannot run (no
 C++ compiler) the engine fails with the compiler's reason as a
@@ -14,11 +15,25 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from tests.workers.engine_spec import engine_spec
 from workers.cluster.errors import is_permanent
+from workers.spec import JobSpec, explain
 
 STEPS = 20
+
+
+def test_compile_is_off_by_default_leaves_the_hash_alone_and_is_refused_with_tensor_parallelism():
+    eager = JobSpec.model_validate(engine_spec(3))
+    compiled = JobSpec.model_validate(engine_spec(3, train={"compile": True}))
+    assert not eager.train.compile and compiled.train.compile
+    assert compiled.config_hash() == eager.config_hash()  # the same curve: resumable either way
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate(engine_spec(3, workers=2, train={"compile": True},
+                                           model={"family": "llama"}, parallelism={"tp": 2}))
+    assert explain(refused.value).startswith("train.compile: "), explain(refused.value)
+    assert "parallelism.tp > 1" in explain(refused.value)
 
 
 def test_compiled_blocks_follow_the_eager_curve_and_compile_before_the_first_step():
