@@ -10,19 +10,20 @@ after it see what will be stored. In order, the pure ones first, those that
 read files next, the cluster last:
 
 1. `operator_only`: knobs the platform's own tools set, not a job
-   (`sharding.grad_error_feedback`); then `uris`: a relative uri is read under
-   the tenant's data prefix (`service.intake.relative_uris`)
-2. `model.config_uri`: the Hugging Face config.json under the tenant's data
+   (`sharding.grad_error_feedback`)
+2. `uris`: a relative uri (`datasets/corpus`) is read under the tenant's data
+   prefix, and stored whole (`service.intake.relative_uris`)
+3. `model.config_uri`: the Hugging Face config.json under the tenant's data
    prefix, read into the model's fields (`service.intake.model_config`)
-3. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
+4. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
    the tenant's data prefix (`service.intake.data_access`), and token data what
    its index says (`workers.datasets.checks`: a missing shard, a size or
    checksum that does not match, a tokenizer that does not parse, a vocabulary
    the model does not cover is a 422 naming the file, not a job that fails later)
-4. `init`: a model directory whose headers fit the model, or a committed
+5. `init`: a model directory whose headers fit the model, or a committed
    checkpoint of one of the tenant's jobs (`service.intake.init_source`)
-5. `workers`: the job could ever be placed, at its smallest size
-6. `resources_per_worker.memory_gb`: the model's sharded state fits one
+6. `workers`: the job could ever be placed, at its smallest size
+7. `resources_per_worker.memory_gb`: the model's sharded state fits one
    worker's memory (that field's, or else the cluster's smallest share: the
    refusal is then at `model`) at every size the job may run at
 """

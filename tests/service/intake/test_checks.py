@@ -56,7 +56,7 @@ def refusal(spec: JobSpec, store: JobStore) -> SpecError:
 def test_the_checks_run_in_the_documented_order():
     documented = re.findall(r"^\d\. `([^`]+)`", inspect.getdoc(checks_module) or "", re.M)
     assert [check.field for check in CHECKS] == documented == [
-        "operator_only", "model.config_uri", "data", "init", "workers",
+        "operator_only", "uris", "model.config_uri", "data", "init", "workers",
         "resources_per_worker.memory_gb"]
 
 
