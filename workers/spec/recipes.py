@@ -105,7 +105,8 @@ class _Registry(Generic[K]):
     (an operator's package, a test's); an unchanged path is read once."""
 
     def __init__(self, group: str, kind: type[K], field: str, what: str):
-        self.group, self.kind, self.field, self.what = group, kind, field, what
+        self.group, self.field, self.what = group, field, what
+        self.kind: type[K] = kind
         self._points: dict[tuple[str, ...], dict[str, EntryPoint]] = {}
         self._loaded: dict[tuple[tuple[str, ...], str], K] = {}
 
