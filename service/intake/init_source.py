@@ -9,7 +9,9 @@ weights at every attempt:
   epsilon, tied head): a mismatch is a 422 naming the tensor or the field.
 - `init.job`: one of the tenant's own jobs (another tenant's is a 404, as
   everywhere), of the same model shapes, with a committed checkpoint at
-  `init.step`; an unset step becomes its latest committed one now.
+  `init.step`; an unset step becomes its latest committed one now. With
+  `init.resume_optimizer`, its optimizer's state must be this job's kind
+  (the same optimizer, and momentum or none).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def resolve_init(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
     why = model_mismatch(spec.model, source.spec.model)
     if why is not None:
         raise SpecError("init.job", f"init.job {init.job}: {why}")
+    if init.resume_optimizer and optimizer_state(spec) != optimizer_state(source.spec):
+        raise SpecError("init.resume_optimizer", (
+            f"init.resume_optimizer: job {init.job} kept the state of "
+            f"{describe_optimizer(source.spec)}, this job trains with "
+            f"{describe_optimizer(spec)}: the state does not carry over (leave it fresh)"))
     committed = {c.step for c in checkpoints_of(source).list_committed()}
     if not committed:
         raise SpecError("init.job", f"init.job {init.job} has no committed checkpoint")
@@ -54,6 +61,17 @@ def resolve_init(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
         raise SpecError("init.step", f"init.step: job {init.job} has no committed checkpoint "
                                      f"at step {init.step} (it has {sorted(committed)[-5:]})")
     return spec
+
+
+def optimizer_state(spec: JobSpec) -> tuple[str, bool]:
+    """What an optimizer's checkpointed state is made of: the optimizer, and
+    whether it keeps a momentum buffer (SGD keeps none without momentum)."""
+    return spec.train.optimizer, bool(spec.train.momentum)
+
+
+def describe_optimizer(spec: JobSpec) -> str:
+    train = spec.train
+    return repr(train.optimizer) + (f" (momentum {train.momentum})" if train.momentum else "")
 
 
 def check_weights(spec: JobSpec, uri: str) -> None:

@@ -90,6 +90,25 @@ def test_an_init_job_the_tenant_cannot_reach_is_not_found(store):
         run(job(init={"job": other.id}), store)
 
 
+@pytest.mark.parametrize("source, train, carries", [
+    ({"optimizer": "sgd", "momentum": 0.9}, {"optimizer": "sgd", "momentum": 0.5}, True),
+    ({"optimizer": "sgd", "momentum": 0.9}, {}, False),
+    ({"optimizer": "sgd", "momentum": 0.9}, {"optimizer": "sgd"}, False),
+    ({}, {"optimizer": "adam"}, False),
+])
+def test_an_optimizer_state_resumed_from_a_job_must_be_this_jobs_kind(store, source, train,
+                                                                       carries):
+    other, _ = store.create_job(tenant="acme", name="j", spec=job(train={"steps": 1, **source}))
+    spec = job(train={"steps": 1, **train}, init={"job": other.id, "resume_optimizer": True})
+    if carries:  # past the check: it then asks for the source's checkpoints
+        with pytest.raises(pytest.fail.Exception, match="no checkpoint is read"):
+            run(spec, store)
+        return
+    error = refusal(spec, store)
+    assert error.field == "init.resume_optimizer"
+    assert "the state does not carry over" in str(error)
+
+
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.ray
 def test_an_accepted_spec_is_the_one_the_checks_fixed(store, tmp_path):
