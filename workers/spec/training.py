@@ -204,7 +204,7 @@ class InitSpec(_Section):
     uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
     job: Annotated[str, Field(pattern=JOB_ID_PATTERN)] | None = None
     step: Annotated[int, Field(ge=0, le=999_999_999)] | None = None
-    resume_optimizer: bool = False  # job only: AdamW's moments and step count too
+    resume_optimizer: bool = False  # job only: its optimizer state too (the same kind as this job's)
     resume_data: bool = False  # job only: continue its data order from its cursor
 
     @field_validator("uri")
