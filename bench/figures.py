@@ -10,6 +10,7 @@ TITLES = {
     "tensor_parallel": "Tensor parallelism: TP bytes per step vs the formula, tp 1 vs tp 2",
     "memory": "Memory: per-rank state vs 16 B/param / N",
     "optimizers": "Optimizers: state per rank vs the memory theory, step time",
+    "compile": "Compile: steps/s compiled vs eager, compile time at start-up",
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
     "hf_io": "Hugging Face weights: import and export vs raw I/O",
     "startup": "Start-up: submit -> first step vs Ray Train's TorchTrainer",
@@ -19,6 +20,7 @@ TITLES = {
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
     "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
     "data": "Data: token shards' wait per step, a rank's memory, preparation on Ray",
+    "mixture": "Data mixtures: each member's share, a step's cost, a resume",
     "soak": "Soak: 4 tenants' jobs under chaos",
 }
 FIGURES = list(TITLES)
