@@ -75,6 +75,9 @@ class DataSpec(_Section):
         if self.uri is not None:
             raise refusal("uri", "data takes exactly one of uri (a token dataset) and mix "
                                  "(several, with weights)", self.uri)
+        if self.tokenizer is not None:
+            raise refusal("tokenizer", "data.tokenizer is only used with data.source 'text' (a "
+                                       "token dataset records its own)", self.tokenizer)
         seen: dict[str, int] = {}
         for i, member in enumerate(self.mix):
             if member.uri in seen:

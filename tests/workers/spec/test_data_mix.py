@@ -39,6 +39,7 @@ def test_a_mixture_names_every_member_for_the_data_checks():
     ({"source": "builtin", "mix": MIX}, "data.mix", "mixes token datasets"),
     ({"source": "tokens", "uri": "x", "mix": MIX}, "data.uri", "exactly one of uri"),
     ({"source": "tokens", "mix": []}, "data.mix", "at least 1"),
+    ({"source": "tokens", "tokenizer": "t.json", "mix": MIX}, "data.tokenizer", "only used with"),
     ({"source": "tokens", "mix": [{"uri": "a", "weight": 0}]}, "data.mix.0.weight", "greater than 0"),
     ({"source": "tokens", "mix": [{"uri": "a", "weight": 1}, {"uri": "a", "weight": 2}]},
      "data.mix.1.uri", "data.mix.0.uri again"),
