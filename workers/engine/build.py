@@ -5,7 +5,9 @@
 1. Build on the meta device: shapes only, no storage.
 2. `parallelize` it: tensor parallelism where the job asks for it
    (`parallelize_module`, workers/engine/tensor_parallel.py), then `fully_shard`
-   each unit (workers/engine/sharding.py): parameters become DTensors.
+   each unit (workers/engine/sharding.py): parameters become DTensors. With
+   `train.compile` each block is compiled just before FSDP wraps it
+   (workers/engine/compilation.py; it compiles at the trainer's warm-up).
 3. `to_empty`: each rank allocates its own shards, uninitialised.
 4. A `WeightSource` fills them: by default `SeededInit`, which generates each
    parameter's FULL value from a generator seeded by (train.seed, the

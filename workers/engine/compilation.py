@@ -4,14 +4,16 @@ apart from a crash.
 
 Where. `compile_blocks` replaces each block of the decoder by
 `torch.compile(block)` inside the sharded build (`shard_model`,
-workers/engine/sharding.py): after tensor parallelism has planned it and
-activation checkpointing has wrapped it, before `fully_shard` makes it a
-unit. FSDP's hooks (the all-gather before a unit, the reduce-scatter after
-its backward) are the unit's, outside the compiled code, which is one block's
-math (and, with activation checkpointing, its recomputation). The compiled
-wrapper puts `_orig_mod.` into parameter names; `canonical_name`
-(workers/engine/build.py) and DCP's `get_state_dict` take it out again, so a
-compiled job's checkpoints, seeds and exports are an eager one's.
+workers/engine/sharding.py): after activation checkpointing has wrapped it
+(the recomputation is compiled too), before `fully_shard` makes it a unit.
+Not with tensor parallelism: the spec refuses it (workers/spec/job.py), as
+compiled tensor-parallel blocks left the eager loss curve on gloo (5.7e-3
+after 5 steps, torch 2.13) and failed to run with activation checkpointing.
+FSDP's hooks (the all-gather before a unit, the reduce-scatter after its
+backward) are the unit's, outside the compiled code, which is one block's
+math. The compiled wrapper puts `_orig_mod.` into parameter names;
+`canonical_name` (workers/engine/build.py) and DCP's `get_state_dict` take it
+out again, so a compiled job's checkpoints, seeds and exports are an eager one's.
 
 When. torch.compile is lazy: a block is traced and compiled the first time
 it runs. Left to itself that is the first step, whose step time then holds
