@@ -27,6 +27,11 @@ counted. TP's formula is in workers/engine/tensor_parallel.py. Functional
 collectives complete when their result is first used, elsewhere: they count
 bytes and calls, not time.
 
+An optimizer that gathers whole matrices (workers/engine/whole_matrix.py) does
+it inside `CommCounter.attributed("optimizer")`: there DTensor's collectives
+over every mesh dimension count as `optimizer_all_gather` (and so on), not as
+TP's; the optimizer says what they should come to (`comm_bytes_per_step`).
+
 Time, on the training thread's clock:
 
     comm time     how long each collective was in flight: a blocking call's
@@ -47,6 +52,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +66,7 @@ _DTENSOR_COLLECTIVES_MODULES = (
     "torch.distributed.tensor._collective_utils",
 )
 TP_DIM = "tp"  # the mesh dimension whose traffic counts as TP's (workers/engine/tensor_parallel.py)
+_attribution = threading.local()  # .owner: who DTensor's collectives are counted for, if anyone
 
 
 @dataclass
@@ -137,7 +145,10 @@ class _CountingFuncol:
 
     def _count(self, op: str, group: Any, nbytes_of_g) -> None:
         name, g = _mesh_dim(group)
-        if name == TP_DIM and g > 1:
+        owner = getattr(_attribution, "owner", None)
+        if owner is not None and g > 1:  # the owner's, over any dimension
+            self._counter.count(op.replace("tp_", f"{owner}_", 1), nbytes_of_g(g))
+        elif name == TP_DIM and g > 1:
             self._counter.count(op, nbytes_of_g(g))
 
     def all_gather_single(self, tensor, gather_dim=0, group=None, *args, **kwargs):
@@ -196,6 +207,18 @@ class CommCounter:
                     "TP's collective byte counting needs updating for this torch version"
                 )
             module.funcol = _CountingFuncol(self, funcol)
+
+    @staticmethod
+    @contextmanager
+    def attributed(owner: str) -> Iterator[None]:
+        """DTensor's collectives on this thread, over any mesh dimension,
+        counted as `owner`'s (`{owner}_all_gather`, ...) while inside."""
+        before = getattr(_attribution, "owner", None)
+        _attribution.owner = owner
+        try:
+            yield
+        finally:
+            _attribution.owner = before
 
     def count(self, op_name: str, nbytes: int) -> None:
         """Count a collective's bytes under `op_name`, untimed (see the module doc)."""

@@ -119,7 +119,9 @@ class Trainer:
         return self.state.step
 
     def _comm_theory(self) -> float:
-        """FSDP's formula over this rank's TP piece of the parameters, plus TP's."""
+        """FSDP's formula over this rank's TP piece of the parameters, plus TP's,
+        plus what an optimizer that gathers whole matrices says it moves
+        (`comm_bytes_per_step`, workers/engine/whole_matrix.py)."""
         cfg, sh, dp = self.config, self.config.sharding, self.layout.dp_size
         reduce_itemsize = DTYPES[sh.reduce_dtype].itemsize
         params = params_per_tp_rank(cfg.model, self.layout.tp)
@@ -133,7 +135,8 @@ class Trainer:
             / reduce_itemsize,
         )
         share = len(self.batches.share())
-        return fsdp + tp_comm_theory_bytes(
+        optimizer = float(getattr(self.optimizer, "comm_bytes_per_step", 0.0))
+        return fsdp + optimizer + tp_comm_theory_bytes(
             cfg.model, self.layout.tp, tokens=share * cfg.model.seq_len,
             act_bytes=DTYPES[sh.param_dtype].itemsize,
             activation_checkpointing=sh.activation_checkpointing,

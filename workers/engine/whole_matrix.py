@@ -40,6 +40,7 @@ and update (four whole copies of the largest tensor, the embedding).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,6 +50,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.optim._adafactor import adafactor
 from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz
 
+from workers.engine.comm import CommCounter
 from workers.spec import TrainSpec
 
 MUON_MOMENTUM = 0.95  # torch.optim.Muon's defaults, where the spec leaves a knob unset
@@ -58,8 +60,25 @@ MUON_NS_STEPS = 5
 
 def whole(tensor: Tensor) -> Tensor:
     """The whole tensor a (possibly sharded) tensor is a piece of: gathered
-    from every rank that holds a piece (a collective), or itself."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    from every rank that holds a piece (a collective, counted as the
+    optimizer's: workers/engine/comm.py), or itself."""
+    if not isinstance(tensor, DTensor):
+        return tensor
+    with CommCounter.attributed("optimizer"):
+        return tensor.full_tensor()
+
+
+def gathered_bytes(params: Iterable[Tensor]) -> float:
+    """What gathering each of `params` whole brings this rank, by the ring
+    all-gather's count (workers/engine/comm.py): (G - 1) / G of its bytes,
+    G the ranks it is split over (FSDP's shard dimension and TP's)."""
+    total = 0.0
+    for p in params:
+        if isinstance(p, DTensor):
+            mesh = p.device_mesh
+            split = math.prod(mesh.size(i) for i, pl in enumerate(p.placements) if pl.is_shard())
+            total += (split - 1) / split * p.numel() * p.element_size()
+    return total
 
 
 def piece(full: Tensor, like: Tensor) -> Tensor:
@@ -138,6 +157,11 @@ class WholeMatrixMuon(_Composite):
                 ours.update({k: v for k, v in its.items() if k not in ours})
         self._link()
 
+    @property
+    def comm_bytes_per_step(self) -> float:
+        """Each hidden matrix's momentum gathered whole, once a step."""
+        return gathered_bytes(p for g in self._groups("muon") for p in g["params"])
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -180,6 +204,11 @@ class WholeMatrixAdafactor(torch.optim.Optimizer):
                                           eps=eps)
         super().__init__(decay_groups(model.parameters(), train.weight_decay),
                          {k: v for k, v in reference.defaults.items() if k != "weight_decay"})
+
+    @property
+    def comm_bytes_per_step(self) -> float:
+        """Each parameter and its gradient gathered whole, once a step."""
+        return 2 * gathered_bytes(p for g in self.param_groups for p in g["params"])
 
     @torch.no_grad()
     def step(self, closure=None):
