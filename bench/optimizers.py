@@ -175,7 +175,10 @@ def run(args) -> Figure:
         "*measured* is the exact count of this rank's local shards of params, grads and the "
         "optimizer's state tensors (its `step` scalars apart), the rank holding most. The peak "
         "is bench/memory.py's: peak RSS growth over the baseline, against `peak_theory` "
-        "(that state + the largest unit gathered and its gradient + the activations).",
+        "(that state + the largest unit gathered and its gradient + the activations). The "
+        "step time is only comparable between rows run at a like load (its last column): "
+        "these 2 cores are shared, and one thread a rank leaves an optimizer's elementwise "
+        "update a small part of a step.",
         "",
         "| optimizer | N | state theory (MB) | measured, max rank (MB) | measured / theory "
         "| of which optimizer state: theory / measured (MB) | `step` scalars (B) "
