@@ -60,3 +60,39 @@ def test_the_state_per_rank_is_the_descriptors(tmp_path, optimizer, world_size):
     if optimizer == "muon":  # sharded: the ranks' pieces add up to the count, and
         # every rank holds AdamW's step counts (4 B a tensor), which it leaves out
         assert sum(h["state"] for h in held) == world_size * (theory + 4 * adamw_tensors)
+
+
+def test_a_loaded_muon_steps_its_adamw_part_from_the_loaded_state():
+    # One optimizer object over two of torch's: a load (what DCP's set_state_dict
+    # ends in) replaces its state and groups, and AdamW's part must step from them.
+    import torch
+    from torch import nn
+
+    from workers.engine.whole_matrix import build_muon
+    from workers.spec import TrainSpec
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        m = ranks.OneMatrix()
+        m.gain = nn.Parameter(torch.randn(ranks.COLUMNS))  # not a block's matrix: AdamW's
+        return m
+
+    def step(m: nn.Module, opt: torch.optim.Optimizer, seed: int) -> None:
+        torch.manual_seed(seed)
+        for p in m.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+
+    train = TrainSpec(steps=1, optimizer="muon", lr=0.02)
+    straight, resumed = model(), model()
+    a, b = build_muon(straight, train), build_muon(resumed, train)
+    step(straight, a, 1)
+    step(resumed, b, 1)
+    b.load_state_dict(b.state_dict())
+    for group in a.param_groups + b.param_groups:  # as the trainer's schedule sets each step's
+        group["lr"] = 0.01
+    step(straight, a, 2)
+    step(resumed, b, 2)
+    assert torch.equal(resumed.gain, straight.gain)
+    assert int(b.state[resumed.gain]["step"]) == 2  # AdamW's count went on from the loaded one
+    assert torch.equal(resumed.blocks[0].weight, straight.blocks[0].weight)
