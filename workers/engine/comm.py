@@ -208,6 +208,12 @@ class CommCounter:
                 )
             module.funcol = _CountingFuncol(self, funcol)
 
+    @classmethod
+    def current(cls) -> CommCounter | None:
+        """The installed counter, if any (what a collective outside FSDP's and
+        DTensor's code reports its bytes to, through `timed`)."""
+        return cls._installed
+
     @staticmethod
     @contextmanager
     def attributed(owner: str) -> Iterator[None]:

@@ -5,19 +5,22 @@ FSDP2 hands an optimizer each parameter's local shard (a DTensor, split on
 dim 0 over the data-parallel ranks and, with tensor parallelism, over the TP
 ranks too). An elementwise optimizer (AdamW, SGD) is exact on a shard; these
 two are not. Muon orthogonalizes its momentum with a Newton-Schulz iteration
-over the whole matrix; torch's `Muon` given a shard orthogonalizes the shard
-alone, a different update at every world size. Adafactor keeps row and column
-means of the squared gradient and scales each step by the parameter's RMS and
-clips it by the update's: statistics of the whole tensor. So:
+over the whole matrix; torch's `Muon` handed FSDP2's DTensor shards lands
+elsewhere (2% of the update off after two steps, at world sizes 2 and 3:
+tests/workers/engine/test_whole_matrix.py), and on a shard's plain rows it
+orthogonalizes the rows alone. Adafactor keeps row and column means of the
+squared gradient and scales each step by the parameter's RMS and clips it by
+the update's: statistics of the whole tensor (torch's raises on DTensors). So:
 
     muon       the momentum is kept sharded, laid out like the parameter (its
                update, `lerp`, is elementwise); each hidden matrix's Nesterov
                momentum is gathered whole (one all-gather of the matrix), torch's
-               Newton-Schulz orthogonalizes it, and each rank applies its own
-               piece. Every rank runs the same iteration on the same matrix, so
-               the pieces agree (bitwise) with one process's whole update.
-               Embeddings, the head, norms and biases: torch's AdamW, today's
-               parameter groups.
+               Newton-Schulz orthogonalizes it on one rank (the matrices dealt
+               out among the ranks by size, so each runs about 1/N of the
+               iterations), which broadcasts the bf16 result, and each rank
+               applies its own piece: the same bits on every rank, equal to one
+               process's whole update. Embeddings, the head, norms and biases:
+               torch's AdamW, today's parameter groups.
     adafactor  each parameter and its gradient are gathered whole and torch's
                Adafactor updates the whole tensor; each rank keeps its piece.
                The factored moments (a row and a column vector per matrix) and
@@ -33,9 +36,11 @@ DTensor laid out like its parameter (resharded at load, as AdamW's moments
 are); Adafactor's whole vectors are plain tensors, the same at any world size.
 
 What a rank holds beyond its shards, transiently in `step()`: Muon, one
-whole hidden matrix's momentum (fp32) and its bf16 iterates at a time;
-Adafactor, one whole parameter, its gradient and torch's variance estimate
-and update (four whole copies of the largest tensor, the embedding).
+whole hidden matrix's momentum (fp32) and its bf16 iterates at a time, and
+the bf16 results of the matrices it owns until they are sent (about 2 B per
+hidden-matrix parameter / N); Adafactor, one whole parameter, its gradient and
+torch's variance estimate and update (four whole copies of the largest
+tensor, the embedding).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, Replicate
 from torch.optim._adafactor import adafactor
@@ -157,40 +163,100 @@ class WholeMatrixMuon(_Composite):
                 ours.update({k: v for k, v in its.items() if k not in ours})
         self._link()
 
+    def _matrices(self) -> list[Tensor]:
+        return [p for g in self._groups("muon") for p in g["params"]]
+
     @property
     def comm_bytes_per_step(self) -> float:
-        """Each hidden matrix's momentum gathered whole, once a step."""
-        return gathered_bytes(p for g in self._groups("muon") for p in g["params"])
+        """Each hidden matrix's momentum gathered whole, and (received from
+        its owner) the bf16 result of each one another rank orthogonalized."""
+        owners, results = self._owners(), 0
+        if owners:
+            rank = dist.get_rank()
+            results = sum(p.numel() * 2 for p, owner in zip(self._matrices(), owners, strict=True)
+                          if owner != rank)
+        return gathered_bytes(self._matrices()) + results
+
+    def _owners(self) -> list[int]:
+        """The rank that orthogonalizes each matrix ([]: every rank its own):
+        the least loaded so far, by elements, in the matrices' order (the
+        same on every rank). Only where every matrix is a DTensor over the
+        whole world, of more than one rank."""
+        matrices = self._matrices()
+        if not (dist.is_initialized() and dist.get_world_size() > 1 and all(
+                isinstance(p, DTensor) and p.device_mesh.size() == dist.get_world_size()
+                for p in matrices)):
+            return []
+        load, owners = [0] * dist.get_world_size(), []
+        for p in matrices:
+            owner = min(range(len(load)), key=lambda r: (load[r], r))
+            owners.append(owner)
+            load[owner] += p.numel()
+        return owners
 
     @torch.no_grad()
     def step(self, closure=None):
+        """torch.optim.Muon's update of each matrix (torch/optim/_muon.py,
+        `_single_tensor_muon`), its Newton-Schulz on the whole matrix. Split
+        among the ranks: each gathers every matrix's momentum whole, runs the
+        iteration on those it owns, then receives each result from its owner
+        (a broadcast) and applies its own piece. The same bits reach every
+        rank, whichever computed them."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        owners = self._owners()
+        split = bool(owners)
+        rank = dist.get_rank() if split else 0
+        results: list[tuple[Tensor, dict[str, Any], int, Tensor | None]] = []
+        matrices = iter(owners) if split else None
         for group in self._groups("muon"):
             for p in group["params"]:
-                if p.grad is not None:
-                    self._orthogonalized_step(p, group)
+                owner = next(matrices) if matrices is not None else rank
+                if p.grad is None:
+                    continue
+                full = whole(self._nesterov_momentum(p, group))
+                results.append((p, group, owner, _zeropower_via_newtonschulz(
+                    full, group["ns_coefficients"], group["ns_steps"], group["eps"]
+                ).contiguous() if owner == rank else None))  # (a wide matrix's comes transposed)
+                del full
+        for p, group, owner, result in results:
+            if split:  # the owner sends its result, every other rank receives it
+                if result is None:
+                    local = p.to_local() if isinstance(p, DTensor) else p
+                    result = torch.empty(p.shape, dtype=torch.bfloat16, device=local.device)
+                _broadcast(result, owner)
+            assert result is not None
+            lr = group["lr"]
+            p.mul_(1 - lr * group["weight_decay"])
+            p.add_(piece(result, p), alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape))
         for part in self.parts.values():
             part.step()
         return loss
 
-    def _orthogonalized_step(self, p: Tensor, group: dict[str, Any]) -> None:
-        """torch.optim.Muon's update of one matrix (torch/optim/_muon.py,
-        `_single_tensor_muon`), its Newton-Schulz on the whole matrix."""
-        grad, lr, momentum = p.grad, group["lr"], group["momentum"]
+    def _nesterov_momentum(self, p: Tensor, group: dict[str, Any]) -> Tensor:
+        """The momentum's update and what Newton-Schulz is given: elementwise,
+        on this rank's shard."""
+        grad, momentum = p.grad, group["momentum"]
         assert grad is not None
         state = self.state[p]
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
         buf = state["momentum_buffer"]
-        buf.lerp_(grad, 1 - momentum)  # elementwise: on the shard
-        update = grad.lerp(buf, momentum) if group["nesterov"] else buf
-        full = _zeropower_via_newtonschulz(whole(update), group["ns_coefficients"],
-                                           group["ns_steps"], group["eps"])
-        p.mul_(1 - lr * group["weight_decay"])
-        p.add_(piece(full, p), alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape))
+        buf.lerp_(grad, 1 - momentum)
+        return grad.lerp(buf, momentum) if group["nesterov"] else buf
+
+
+def _broadcast(result: Tensor, owner: int) -> None:
+    """Broadcast `result` from `owner` to every rank, counted as the
+    optimizer's (workers/engine/comm.py): the bytes a rank receives."""
+    counter = CommCounter.current()
+    received = 0 if dist.get_rank() == owner else result.numel() * result.element_size()
+    if counter is None:
+        dist.broadcast(result, src=owner)
+    else:
+        counter.timed("optimizer_broadcast", received, dist.broadcast, result, src=owner)
 
 
 class WholeMatrixAdafactor(torch.optim.Optimizer):
