@@ -245,6 +245,9 @@ class Trainer:
             while self.step < stop:
                 metrics = self.train_step().as_dict()
                 metrics["data_wait_s"] = self.batches.wait_s  # the step's wait for its batch
+                if seen := self.batches.samples_seen():  # a mixture: each member's tokens so far
+                    metrics["mix_tokens"] = {name: n * self.config.model.seq_len
+                                             for name, n in seen.items()}
                 if self.evaluator is not None and self.evaluator.due(self.step):
                     metrics.update(self.evaluator.run(self.model))
                 metrics["wall_time"] = time.time()  # when the step ended (recovery time)
@@ -264,9 +267,6 @@ class Trainer:
                     metrics.update(self.checkpoints.save(blocking=final))
                 history.append(metrics)
                 if on_step is not None:
-                if seen := self.batches.samples_seen():  # a mixture: each member's tokens so far
-                    metrics["mix_tokens"] = {name: n * self.config.model.seq_len
-                                             for name, n in seen.items()}
                     on_step(metrics)
                 if not self.acknowledges:
                     self.state.acknowledge(self.step)

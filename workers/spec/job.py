@@ -220,6 +220,8 @@ class JobSpec(_Section):
         if self.data.source not in TOKEN_SOURCES:  # likewise bytes' before token data's
             for name in TOKEN_DATA_FIELDS:
                 curve["data"].pop(name)
+        if self.data.mix is None:  # a job without a mixture hashes as before `mix`
+            curve["data"].pop("mix")
         return hashlib.sha256(json.dumps(curve, sort_keys=True).encode()).hexdigest()
 
     def operator_only_set(self) -> list[str]:
@@ -240,5 +242,3 @@ def _operator_only_set(model: BaseModel, prefix: str) -> list[str]:
         elif isinstance(value, BaseModel):
             found += _operator_only_set(value, f"{prefix}{name}.")
     return found
-        if self.data.mix is None:  # a job without a mixture hashes as before `mix`
-            curve["data"].pop("mix")
