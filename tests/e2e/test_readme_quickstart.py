@@ -8,6 +8,7 @@ admin key there, as a user's does. A README that drifts from the CLI fails."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -73,3 +74,16 @@ def test_the_readme_quick_start_runs_as_written(server, tmp_path, request):
         job_id = ran.stdout.split()[0]
         assert job_id.startswith("j-") and "SUCCEEDED" in ran.stderr, ran
         assert any(row.startswith(job_id) and "SUCCEEDED" in row for row in listing.splitlines()), listing
+
+    # The Llama trained as its YAML says: WSD's lr in every row (warmup to 0.003, stable, then
+    # a cosine decay over the last quarter), a held-out eval every 10 steps, the loss down.
+    job_id = submitted.stdout.split()[0]
+    shown = subprocess.run([".venv/bin/brigade", "metrics", job_id, "-o", "json"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+    rows = json.loads(shown.stdout)
+    rows = rows["items"] if isinstance(rows, dict) else rows
+    lr = {row["step"]: row["lr"] for row in rows}
+    assert sorted(lr) == list(range(1, 41)), sorted(lr)
+    assert lr[1] < lr[4] == lr[31] == pytest.approx(0.003) and lr[32] < 0.003 and lr[40] < lr[35]
+    assert [row["step"] for row in rows if row.get("eval_loss") is not None] == [10, 20, 30, 40]
+    assert rows[-1]["loss"] < rows[0]["loss"] - 1.0, (rows[0]["loss"], rows[-1]["loss"])
