@@ -37,8 +37,9 @@ are); Adafactor's whole vectors are plain tensors, the same at any world size.
 
 What a rank holds beyond its shards, transiently in `step()`: Muon, one
 whole hidden matrix's momentum (fp32) and its bf16 iterates at a time, and
-the bf16 results of the matrices it owns until they are sent (about 2 B per
-hidden-matrix parameter / N); Adafactor, one whole parameter, its gradient and
+the whole momenta of the matrices it owns, then their bf16 results, until they
+are sent (about 4 B, then 2 B, per hidden-matrix parameter / N); Adafactor,
+one whole parameter, its gradient and
 torch's variance estimate and update (four whole copies of the largest
 tensor, the embedding).
 """
@@ -209,18 +210,22 @@ class WholeMatrixMuon(_Composite):
         owners = self._owners()
         split = bool(owners)
         rank = dist.get_rank() if split else 0
-        results: list[tuple[Tensor, dict[str, Any], int, Tensor | None]] = []
+        # First every gather (collectives, in the same order on every rank), each
+        # rank keeping the matrices it owns; then each runs its own iterations,
+        # all ranks at once; then each result goes out from its owner.
+        gathered: list[tuple[Tensor, dict[str, Any], int, Tensor | None]] = []
         matrices = iter(owners) if split else None
         for group in self._groups("muon"):
             for p in group["params"]:
                 owner = next(matrices) if matrices is not None else rank
-                if p.grad is None:
-                    continue
-                full = whole(self._nesterov_momentum(p, group))
-                results.append((p, group, owner, _zeropower_via_newtonschulz(
-                    full, group["ns_coefficients"], group["ns_steps"], group["eps"]
-                ).contiguous() if owner == rank else None))  # (a wide matrix's comes transposed)
-                del full
+                if p.grad is not None:
+                    full = whole(self._nesterov_momentum(p, group))
+                    gathered.append((p, group, owner, full if owner == rank else None))
+        results = [(p, group, owner, None if full is None else _zeropower_via_newtonschulz(
+                        full, group["ns_coefficients"], group["ns_steps"], group["eps"]
+                    ).contiguous())  # (a wide matrix's comes transposed)
+                   for p, group, owner, full in gathered]
+        del gathered
         for p, group, owner, result in results:
             if split:  # the owner sends its result, every other rank receives it
                 if result is None:
@@ -291,7 +296,8 @@ class WholeMatrixAdafactor(torch.optim.Optimizer):
     def _whole_step(self, p: Tensor, group: dict[str, Any]) -> None:
         assert p.grad is not None
         state = self.state[p]
-        full_p, full_grad = whole(p.detach()).clone(), whole(p.grad)
+        # A DTensor's whole is a new tensor; a plain parameter is updated in place.
+        full_p, full_grad = whole(p.detach()), whole(p.grad)
         if not state:  # as torch.optim.Adafactor's _init_group, at the whole shape
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
             if full_grad.dim() > 1:
