@@ -17,6 +17,13 @@ from workers.spec import ModelSpec
 HF_ARCHITECTURE = {"llama": "LlamaForCausalLM"}
 # Buffers some older Hugging Face files carry beside the weights: not parameters.
 IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+# A Llama block's parameters in the order of its shapes (workers/spec/families.py
+# `_llama_shapes`): the q, k, v biases last, only where qkv_bias.
+LLAMA_BLOCK_NAMES = (
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
 # What of a GPT model fixes its tensors' shapes (its position table follows seq_len).
 GPT_SHAPE_FIELDS = ("n_layers", "d_model", "seq_len", "vocab_size", "mlp_ratio")
 
@@ -31,30 +38,18 @@ def tensor_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
         raise NoHuggingFaceArchitecture(
             f"model.family {model.family!r} has no Hugging Face architecture "
             f"(those that do: {', '.join(HF_ARCHITECTURE)})")
-    d, v, f = model.d_model, model.vocab_size, model.ffn_width
-    head_dim = d // model.n_heads
-    q, kv = model.n_heads * head_dim, model.kv_heads * head_dim
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, d)}
-    for i in range(model.n_layers):
-        p = f"model.layers.{i}."
-        shapes |= {
-            p + "input_layernorm.weight": (d,),
-            p + "self_attn.q_proj.weight": (q, d),
-            p + "self_attn.k_proj.weight": (kv, d),
-            p + "self_attn.v_proj.weight": (kv, d),
-            p + "self_attn.o_proj.weight": (d, q),
-            p + "post_attention_layernorm.weight": (d,),
-            p + "mlp.gate_proj.weight": (f, d),
-            p + "mlp.up_proj.weight": (f, d),
-            p + "mlp.down_proj.weight": (d, f),
-        }
-        if model.qkv_bias:
-            shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                       p + "self_attn.v_proj.bias": (kv,)}
-    shapes["model.norm.weight"] = (d,)
-    if not model.tie_embeddings:
-        shapes["lm_head.weight"] = (v, d)
-    return shapes
+    count = model.family_spec.shapes
+    assert count is not None, model.family  # every family with an architecture has its shapes
+    shapes = count(model)  # the family's own count, named here
+    embedding, norm, *head = shapes.rest
+    named: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": embedding}
+    for i in range(shapes.n_blocks):
+        named |= {f"model.layers.{i}.{name}": shape for name, shape in zip(
+            LLAMA_BLOCK_NAMES, shapes.block, strict=False)}  # the biases only with qkv_bias
+    named["model.norm.weight"] = norm
+    if head:  # untied
+        named["lm_head.weight"] = head[0]
+    return named
 
 
 def weights_mismatch(model: ModelSpec, found: Mapping[str, Sequence[int]]) -> tuple[str, str] | None:
