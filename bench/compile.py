@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.ranks import spawn_ranks
 from bench.report import OUT, Figure, Goal, cli, load
 
 MODEL = {"n_layers": 4, "d_model": 256, "n_heads": 8, "seq_len": 256, "vocab_size": 256}
@@ -84,26 +85,18 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, steps: int, co
 
 def run_job(model: dict, steps: int, compiled: bool) -> dict:
     """One job; the slower rank's figures."""
-    import torch.multiprocessing as mp
-
-    from workers.engine.distributed import free_port
-
     OUT.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="compile-", dir=OUT))
+    cache = Path(tempfile.mkdtemp(prefix="compile-cache-", dir=OUT))
     previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor")  # the ranks inherit it
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # the ranks inherit it: an empty cache
     try:
-        result = workdir / "result.json"
-        mp.start_processes(rank_main, args=(WORLD_SIZE, free_port(), model, steps, compiled,
-                                            str(result)),
-                           nprocs=WORLD_SIZE, start_method="spawn")
-        ranks = json.loads(result.read_text())
+        ranks = spawn_ranks(rank_main, WORLD_SIZE, model, steps, compiled, prefix="compile")
     finally:
         if previous is None:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
     return {"num_params": ranks[0]["num_params"], "losses": ranks[0]["losses"],
             **{k: max(r[k] for r in ranks) for k in ("build_s", "compile_s", "step_s", "cpu_s")}}
 

@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from bench.report import OUT, Figure, Goal, cli, load, pyplot, save_plot
+from bench.ranks import spawn_ranks
+from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 
 MODEL = {"n_layers": 8, "d_model": 512, "n_heads": 8, "seq_len": 128, "vocab_size": 256}
 QUICK_MODEL = {"n_layers": 2, "d_model": 256, "n_heads": 4, "seq_len": 64, "vocab_size": 256}
@@ -176,8 +175,8 @@ def local_bytes(t) -> tuple[int, int]:
     return local.numel(), local.numel() * local.element_size()
 
 
-def rank_main(rank: int, world_size: int, port: int, model: dict, result: str,
-              only_whole_build: bool = False) -> None:
+def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_build: bool,
+              result: str) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -245,20 +244,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, result: str,
 
 
 def run_world(world_size: int, model: dict, only_whole_build: bool = False) -> list[dict]:
-    import torch.multiprocessing as mp
-
-    from workers.engine.distributed import free_port
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"memory-ws{world_size}-", dir=OUT))
-    try:
-        result = workdir / "result.json"
-        mp.start_processes(rank_main, args=(world_size, free_port(), model, str(result),
-                                            only_whole_build),
-                           nprocs=world_size, start_method="spawn")
-        return json.loads(result.read_text())
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    return spawn_ranks(rank_main, world_size, model, only_whole_build, prefix="memory")
 
 
 def add_args(parser) -> None:

@@ -37,15 +37,14 @@ so it shows how much an optimizer amplifies it.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench.memory import MODEL, QUICK_MODEL, PhaseProfile, activations, job, local_bytes, one_off_growth
-from bench.report import OUT, Figure, Goal, cli, load
+from bench.ranks import spawn_ranks
+from bench.report import Figure, Goal, cli, load
 
 MB = 1e6
 # The optimizers compared, each as the train fields that choose it. An
@@ -132,19 +131,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, train: dict, r
 
 
 def run_world(world_size: int, model: dict, train: dict) -> list[dict]:
-    import torch.multiprocessing as mp
-
-    from workers.engine.distributed import free_port
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"optimizers-ws{world_size}-", dir=OUT))
-    try:
-        result = workdir / "result.json"
-        mp.start_processes(rank_main, args=(world_size, free_port(), model, train, str(result)),
-                           nprocs=world_size, start_method="spawn")
-        return json.loads(result.read_text())
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    return spawn_ranks(rank_main, world_size, model, train, prefix="optimizers")
 
 
 def exact_rank(rank: int, world_size: int, port: int, train: dict, nudge: bool,
@@ -183,19 +170,7 @@ def exact_rank(rank: int, world_size: int, port: int, train: dict, nudge: bool,
 
 
 def exact_losses(world_size: int, train: dict, nudge: bool = False) -> list[float]:
-    import torch.multiprocessing as mp
-
-    from workers.engine.distributed import free_port
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"exact-ws{world_size}-", dir=OUT))
-    try:
-        result = workdir / "losses.json"
-        mp.start_processes(exact_rank, args=(world_size, free_port(), train, nudge, str(result)),
-                           nprocs=world_size, start_method="spawn")
-        return json.loads(result.read_text())
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    return spawn_ranks(exact_rank, world_size, train, nudge, prefix="exact")
 
 
 def exactness(quick: bool) -> tuple[list[str], dict[str, dict[str, float]]]:
