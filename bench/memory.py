@@ -225,14 +225,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
         row["param_numel"], row["param_bytes"] = map(sum, zip(*(local_bytes(p) for p in params), strict=True))
         row["grad_bytes"] = sum(local_bytes(p.grad)[1] for p in params if p.grad is not None)
         row["grads_missing"] = sum(p.grad is None for p in params)
-        moments = step_bytes = 0
-        for state in trainer.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value):
-                    if key == "step":
-                        step_bytes += local_bytes(value)[1]
-                    else:
-                        moments += local_bytes(value)[1]
+        moments, step_bytes = optimizer_state_bytes(trainer.optimizer)
         row["optim_bytes"], row["optim_step_bytes"] = moments, step_bytes
         row["state_bytes"] = row["param_bytes"] + row["grad_bytes"] + moments
         rows = [None] * world_size
@@ -241,6 +234,22 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
             Path(result).write_text(json.dumps(rows))
     finally:
         destroy_process_group()
+
+
+def optimizer_state_bytes(optimizer) -> tuple[int, int]:
+    """This rank's bytes of the optimizer's state tensors: (its moments and
+    buffers, its `step` scalars)."""
+    import torch
+
+    state = step = 0
+    for per_param in optimizer.state.values():
+        for key, value in per_param.items():
+            if torch.is_tensor(value):
+                if key == "step":
+                    step += local_bytes(value)[1]
+                else:
+                    state += local_bytes(value)[1]
+    return state, step
 
 
 def run_world(world_size: int, model: dict, only_whole_build: bool = False) -> list[dict]:

@@ -42,7 +42,16 @@ import sys
 import time
 from pathlib import Path
 
-from bench.memory import MODEL, QUICK_MODEL, PhaseProfile, activations, job, local_bytes, one_off_growth
+from bench.memory import (
+    MODEL,
+    QUICK_MODEL,
+    PhaseProfile,
+    activations,
+    job,
+    local_bytes,
+    one_off_growth,
+    optimizer_state_bytes,
+)
 from bench.ranks import spawn_ranks
 from bench.report import Figure, Goal, cli, load
 
@@ -105,14 +114,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, train: dict, r
         profile.mark("backward")
 
         params = list(trainer.model.parameters())
-        state = step_bytes = 0
-        for per_param in trainer.optimizer.state.values():
-            for key, value in per_param.items():
-                if torch.is_tensor(value):
-                    if key == "step":
-                        step_bytes += local_bytes(value)[1]
-                    else:
-                        state += local_bytes(value)[1]
+        state, step_bytes = optimizer_state_bytes(trainer.optimizer)
         row = {"rank": rank, "num_params": trainer.num_params, "warm_up": warm_up,
                "growth": profile.peak(), "theory": metrics.mem_theory_bytes,
                "param_bytes": sum(local_bytes(p)[1] for p in params),
