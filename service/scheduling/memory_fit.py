@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from workers.spec import JobSpec
 
-PARAM_GRAD_BYTES_PER_PARAM = 8  # fp32 param and grad
-ADAM_STATE_BYTES_PER_PARAM = 8  # AdamW's two fp32 moments, the default optimizer's state
+ADAM_BYTES_PER_PARAM = 16  # fp32 param, grad and AdamW's two moments: a made-up model's state
 GB = 1e9
 
 
@@ -40,16 +39,17 @@ class ModelSize:
     keeps_gathered: bool = False  # shard_grad_op: every unit stays gathered through backward
     tp: int = 1
     optimizer: str = "adamw"
-    # the optimizer's state bytes per rank at a shard degree; None: AdamW's 8 B/param
-    optimizer_state: Callable[[int], float] | None = None
+    # the sharded state per rank (params, grads, the optimizer's) at a shard degree
+    # (workers/spec/recipes.py model_state_bytes); None: AdamW's, 16 B/param
+    state: Callable[[int], float] | None = None
 
     def per_rank_bytes(self, shard_degree: int) -> tuple[float, float]:
         """(sharded state, gathered) bytes per rank at this shard degree."""
         params = self.num_params / self.tp
         gathered = (params if self.keeps_gathered else self.largest_unit / self.tp) * self.param_bytes
-        state = (ADAM_STATE_BYTES_PER_PARAM * params / shard_degree if self.optimizer_state is None
-                 else self.optimizer_state(shard_degree))
-        return PARAM_GRAD_BYTES_PER_PARAM * params / shard_degree + state, gathered
+        state = (ADAM_BYTES_PER_PARAM * params / shard_degree if self.state is None
+                 else self.state(shard_degree))
+        return state, gathered
 
     def state_bytes_per_param(self, shard_degree: int) -> float:
         """The sharded state per rank as bytes per parameter before sharding (AdamW: 16)."""
@@ -105,16 +105,17 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 def model_size(spec: JobSpec) -> ModelSize:
     """A job's model, as the policy counts it (from the spec alone: torch-free)."""
     count = spec.model.param_count()
-    sh, train, tp = spec.sharding, spec.train, _tp(spec)
-    kind = train.optimizer_kind
+    from workers.spec.recipes import model_state_bytes
 
-    def optimizer_state(shard_degree: int) -> float:
-        return kind.state_bytes(spec.model, train, round(count.total / tp), shard_degree)
+    sh, train, tp = spec.sharding, spec.train, _tp(spec)
+
+    def state(shard_degree: int) -> float:
+        return model_state_bytes(spec.model, train, round(count.total / tp), shard_degree)
 
     return ModelSize(num_params=count.total, largest_unit=count.largest_unit(sh.blocks_per_unit),
                      param_bytes=DTYPE_BYTES[sh.param_dtype],
                      keeps_gathered=sh.strategy == "shard_grad_op", tp=tp,
-                     optimizer=train.optimizer, optimizer_state=optimizer_state)
+                     optimizer=train.optimizer, state=state)
 
 
 def shard_degrees(spec: JobSpec, world_sizes: Sequence[int]) -> list[tuple[int, int]]:

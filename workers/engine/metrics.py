@@ -11,8 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from workers.spec import JobSpec
-
-PARAM_GRAD_BYTES_PER_PARAM = 8  # fp32 param + its gradient
+from workers.spec.recipes import model_state_bytes
 
 
 @dataclass(kw_only=True)
@@ -40,8 +39,7 @@ def mem_theory_bytes(job: JobSpec, num_params: int, shard_degree: int) -> int:
     job's optimizer's state (its descriptor's count, workers/spec/recipes.py:
     AdamW and Adam 8 B/param, SGD 4 with momentum and 0 without), sharded
     `shard_degree` ways; `num_params` is one tensor-parallel rank's piece."""
-    state = job.train.optimizer_kind.state_bytes(job.model, job.train, num_params, shard_degree)
-    return int(PARAM_GRAD_BYTES_PER_PARAM * num_params / shard_degree + state)
+    return int(model_state_bytes(job.model, job.train, num_params, shard_degree))
 
 
 class PeakMemory:

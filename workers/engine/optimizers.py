@@ -14,6 +14,7 @@ before every step by the schedule's (workers/engine/trainer.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -21,24 +22,24 @@ import torch
 from workers.spec import TrainSpec
 
 
-def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def decay_groups(params: Iterable[torch.nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
     """Two parameter groups: the matrices, decayed by `weight_decay`, and the rest, not."""
-    params = list(model.parameters())
+    params = list(params)
     return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
 def build_adamw(model: torch.nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(decay_groups(model, train.weight_decay), lr=train.lr,
+    return torch.optim.AdamW(decay_groups(model.parameters(), train.weight_decay), lr=train.lr,
                              betas=(train.beta1, train.beta2), eps=train.eps)
 
 
 def build_adam(model: torch.nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
     # Adam's weight decay is L2: added to the gradient before the moments.
-    return torch.optim.Adam(decay_groups(model, train.weight_decay), lr=train.lr,
+    return torch.optim.Adam(decay_groups(model.parameters(), train.weight_decay), lr=train.lr,
                             betas=(train.beta1, train.beta2), eps=train.eps)
 
 
 def build_sgd(model: torch.nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
-    return torch.optim.SGD(decay_groups(model, train.weight_decay), lr=train.lr,
+    return torch.optim.SGD(decay_groups(model.parameters(), train.weight_decay), lr=train.lr,
                            momentum=train.momentum or 0.0, nesterov=bool(train.nesterov))

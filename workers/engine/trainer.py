@@ -78,6 +78,7 @@ class Trainer:
         self.model = model
         # The job's optimizer and lr schedule, by name (workers/spec/recipes.py)
         self.optimizer = config.train.optimizer_kind.build(model, config.train)
+        self.lr_at = config.train.schedule_kind.load()
         self.batches = BatchPrefetch(RankBatches(  # the next batch is read while a step runs
             build_source(config.data, config.model, config.train.seed, config.eval,
                          global_batch=config.train.global_batch_size),
@@ -91,6 +92,9 @@ class Trainer:
         self.state = TrainState(self.batches)
         self.memory = PeakMemory(self.device)
         self._theory = self._comm_theory()
+        # The model state a rank holds, by the memory theory: the same every step.
+        self._mem_theory = mem_theory_bytes(
+            config, params_per_tp_rank(config.model, self.layout.tp), self._shard_degree())
         self.checkpoints: TrainerCheckpoints | None = None
         self.resumed_from: int | None = None
         self.stop_reason: str | None = None  # why the last run() stopped short, if asked to
@@ -159,7 +163,7 @@ class Trainer:
 
     def train_step(self) -> StepMetrics:
         cfg = self.config
-        lr = cfg.train.schedule_kind.lr(self.step, cfg.train.steps, cfg.train)
+        lr = float(self.lr_at(self.step, cfg.train.steps, cfg.train))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.memory.reset()
@@ -207,9 +211,7 @@ class Trainer:
             tokens_per_s=tokens / step_time,
             step_time_s=step_time,
             peak_mem_bytes=self.memory.peak(),
-            mem_theory_bytes=mem_theory_bytes(
-                cfg, params_per_tp_rank(cfg.model, self.layout.tp), self._shard_degree()
-            ),
+            mem_theory_bytes=self._mem_theory,
             comm_bytes=tally.total_bytes,
             comm_bytes_theory=self._theory,
             comm_bytes_by_op=dict(tally.bytes_by_op),

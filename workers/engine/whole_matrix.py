@@ -58,11 +58,11 @@ from torch.optim._adafactor import adafactor
 from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz
 
 from workers.engine.comm import CommCounter
+from workers.engine.optimizers import decay_groups
 from workers.spec import TrainSpec
 
 MUON_MOMENTUM = 0.95  # torch.optim.Muon's defaults, where the spec leaves a knob unset
 MUON_NESTEROV = True
-MUON_NS_STEPS = 5
 
 
 def whole(tensor: Tensor) -> Tensor:
@@ -104,14 +104,6 @@ def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
     matrices Muon orthogonalizes. Embeddings, the head, norms and biases are not."""
     blocks: nn.Module = model.blocks  # type: ignore[assignment]
     return [p for p in blocks.parameters() if p.ndim == 2]
-
-
-def decay_groups(params: Iterable[nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
-    """The elementwise optimizers' groups (workers/engine/optimizers.py) over
-    `params`: matrices decayed, norms' gains and biases not."""
-    params = list(params)
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
 class _Composite(torch.optim.Optimizer):
@@ -322,8 +314,8 @@ def build_muon(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
         model, train,
         momentum=_knob(train, "momentum", MUON_MOMENTUM),
         nesterov=_knob(train, "nesterov", MUON_NESTEROV),
-        ns_steps=_knob(train, "ns_steps", MUON_NS_STEPS),
-        adjust_lr_fn=_knob(train, "adjust_lr_fn", None),
+        ns_steps=train.ns_steps,
+        adjust_lr_fn=train.adjust_lr_fn,
     )
 
 
@@ -332,11 +324,10 @@ def build_adafactor(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer
     where the spec sets it, is torch's eps1 (the floor of the squared-gradient
     estimate); unset, torch's (None: the dtype's epsilon, 1e-3)."""
     eps1 = train.eps if "eps" in train.model_fields_set else None
-    return WholeMatrixAdafactor(model, train, beta2_decay=_knob(train, "beta2_decay", -0.8),
-                                eps=(eps1, 1e-3))
+    return WholeMatrixAdafactor(model, train, beta2_decay=train.beta2_decay, eps=(eps1, 1e-3))
 
 
 def _knob(train: TrainSpec, name: str, default: Any) -> Any:
-    """The spec's value of an optimizer knob; the default where it is unset (None)."""
-    value = getattr(train, name, None)
+    """The spec's value of an optimizer knob that may be unset (None): torch's default then."""
+    value = getattr(train, name)
     return default if value is None else value

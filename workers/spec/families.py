@@ -27,14 +27,11 @@ give their rule) at the start (workers/engine/build.py), and
 from __future__ import annotations
 
 import importlib
-import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from workers.spec.registry import Registry
 
 ENTRY_POINT_GROUP = "brigade.models"
 
@@ -117,45 +114,17 @@ class FamilyNotFound(LookupError):
                          f"(registered: {', '.join(known) or 'none'})")
 
 
-# Entry points by sys.path: a distribution put on the path later is found
-# (an operator's package, a test's); an unchanged path is looked up once.
-_registry: dict[tuple[str, ...], dict[str, EntryPoint]] = {}
-_loaded: dict[tuple[tuple[str, ...], str], Family] = {}
-
-
-def _entry_points() -> tuple[tuple[str, ...], dict[str, EntryPoint]]:
-    key = tuple(sys.path)
-    found = _registry.get(key)
-    if found is None:
-        found = {}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in found and found[ep.name].value != ep.value:
-                logger.warning("model family %r registered twice (%s, %s): the first is used",
-                               ep.name, found[ep.name].value, ep.value)
-                continue
-            found.setdefault(ep.name, ep)
-        _registry[key] = found
-    return key, found
+_families = Registry(ENTRY_POINT_GROUP, Family, "model family", FamilyNotFound)
 
 
 def registered_families() -> list[str]:
     """The registered families' names, sorted (nothing is imported)."""
-    return sorted(_entry_points()[1])
+    return _families.names()
 
 
 def model_family(name: str) -> Family:
     """The registered family `name`; `FamilyNotFound` naming those there are."""
-    key, found = _entry_points()
-    if name not in found:
-        raise FamilyNotFound(name, sorted(found))
-    family = _loaded.get((key, name))
-    if family is None:
-        family = found[name].load()
-        if not isinstance(family, Family):
-            raise TypeError(f"entry point {found[name].value!r} of {ENTRY_POINT_GROUP!r} is a "
-                            f"{type(family).__name__}, not a workers.spec.families.Family")
-        _loaded[(key, name)] = family
-    return family
+    return _families.get(name)
 
 
 # -- the built-ins ---------------------------------------------------------------

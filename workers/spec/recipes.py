@@ -29,14 +29,12 @@ by a spec to other than its default, is refused naming it (`TrainSpec`).
 from __future__ import annotations
 
 import importlib
-import logging
-import sys
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-logger = logging.getLogger(__name__)
+from workers.spec.registry import Registry
 
 OPTIMIZER_GROUP = "brigade.optimizers"
 SCHEDULE_GROUP = "brigade.schedules"
@@ -86,8 +84,12 @@ class ScheduleKind:
     function: str
     reads: tuple[str, ...] = ("warmup_steps",)  # of SCHEDULE_KNOBS
 
+    def load(self) -> Callable[[int, int, Any], float]:
+        """The function itself (imported now): what a train loop calls each step."""
+        return _load(self.function)
+
     def lr(self, step: int, total_steps: int, train: Any) -> float:
-        return float(_load(self.function)(step, total_steps, train))
+        return float(self.load()(step, total_steps, train))
 
 
 class RecipeNotFound(LookupError):
@@ -96,54 +98,10 @@ class RecipeNotFound(LookupError):
                          f"(registered: {', '.join(known) or 'none'})")
 
 
-K = TypeVar("K", OptimizerKind, ScheduleKind)
-
-
-class _Registry(Generic[K]):
-    """One entry-point group's descriptors, looked up by name. Entry points
-    are read per sys.path: a distribution put on the path later is found
-    (an operator's package, a test's); an unchanged path is read once."""
-
-    def __init__(self, group: str, kind: type[K], field: str, what: str):
-        self.group, self.field, self.what = group, field, what
-        self.kind: type[K] = kind
-        self._points: dict[tuple[str, ...], dict[str, EntryPoint]] = {}
-        self._loaded: dict[tuple[tuple[str, ...], str], K] = {}
-
-    def _entry_points(self) -> tuple[tuple[str, ...], dict[str, EntryPoint]]:
-        key = tuple(sys.path)
-        found = self._points.get(key)
-        if found is None:
-            found = {}
-            for ep in entry_points(group=self.group):
-                if ep.name in found and found[ep.name].value != ep.value:
-                    logger.warning("%s %r registered twice (%s, %s): the first is used",
-                                   self.what, ep.name, found[ep.name].value, ep.value)
-                    continue
-                found.setdefault(ep.name, ep)
-            self._points[key] = found
-        return key, found
-
-    def names(self) -> list[str]:
-        return sorted(self._entry_points()[1])
-
-    def get(self, name: str) -> K:
-        key, found = self._entry_points()
-        if name not in found:
-            raise RecipeNotFound(self.field, self.what, name, sorted(found))
-        kind = self._loaded.get((key, name))
-        if kind is None:
-            kind = found[name].load()
-            if not isinstance(kind, self.kind):
-                raise TypeError(f"entry point {found[name].value!r} of {self.group!r} is a "
-                                f"{type(kind).__name__}, not a workers.spec.recipes."
-                                f"{self.kind.__name__}")
-            self._loaded[(key, name)] = kind
-        return kind
-
-
-_optimizers = _Registry(OPTIMIZER_GROUP, OptimizerKind, "optimizer", "optimizer")
-_schedules = _Registry(SCHEDULE_GROUP, ScheduleKind, "schedule", "schedule")
+_optimizers = Registry(OPTIMIZER_GROUP, OptimizerKind, "optimizer",
+                       lambda name, known: RecipeNotFound("optimizer", "optimizer", name, known))
+_schedules = Registry(SCHEDULE_GROUP, ScheduleKind, "schedule",
+                      lambda name, known: RecipeNotFound("schedule", "schedule", name, known))
 
 
 def registered_optimizers() -> list[str]:
@@ -167,6 +125,19 @@ def schedule_kind(name: str) -> ScheduleKind:
 
 
 # -- the built-in optimizers ---------------------------------------------------------
+
+
+PARAM_GRAD_BYTES = 2 * 4  # fp32 param and its gradient, per parameter
+
+
+def model_state_bytes(model: Any, train: Any, params: int, shard_degree: int) -> float:
+    """One rank's model state, the memory theory's (the engine's
+    `mem_theory_bytes` metric, admission's memory fit): fp32 params and
+    grads and the optimizer's state as its descriptor counts it, sharded
+    `shard_degree` ways (AdamW: 16 B/param / N); `params` is one
+    tensor-parallel rank's piece."""
+    state = optimizer_kind(train.optimizer).state_bytes(model, train, params, shard_degree)
+    return PARAM_GRAD_BYTES * params / shard_degree + state
 
 
 def elementwise_state(bytes_per_param: Callable[[Any], int]) -> StateBytes:
@@ -223,8 +194,8 @@ def _muon_state(model: Any, train: Any, params: int, shard_degree: int) -> float
     if shapes is None:
         hidden, vectors = count.n_blocks * count.block, 0
     else:
-        hidden = shapes.n_blocks * sum(_numel(s) for s in shapes.block if len(s) == 2)
-        vectors = sum(_numel(s) for s in shapes.all() if len(s) < 2)
+        hidden = shapes.n_blocks * sum(math.prod(s) for s in shapes.block if len(s) == 2)
+        vectors = sum(math.prod(s) for s in shapes.all() if len(s) < 2)
     hidden_piece = hidden * (params - vectors) / (count.total - vectors)
     return (FP32 * hidden_piece + 2 * FP32 * (params - hidden_piece)) / shard_degree
 
@@ -237,14 +208,7 @@ def _adafactor_state(model: Any, train: Any, params: int, shard_degree: int) -> 
     shapes = _shapes(model)
     if shapes is None:
         return FP32 * model.num_params()
-    return FP32 * sum((s[0] + s[1] if len(s) == 2 else _numel(s)) + 1 for s in shapes.all())
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for size in shape:
-        n *= size
-    return n
+    return FP32 * sum((s[0] + s[1] if len(s) == 2 else math.prod(s)) + 1 for s in shapes.all())
 
 
 # torch.optim.Muon on the blocks' matrices, each orthogonalized whole; AdamW on
