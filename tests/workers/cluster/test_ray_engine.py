@@ -10,7 +10,6 @@ from tests.workers.engine_spec import (
     RECIPE_STEPS,
     RECIPES,
     TINY_MODEL,
-    Groups,
     engine_job,
     engine_spec,
     recipe_tolerance,
@@ -28,13 +27,6 @@ STEPS = 20
 def job(strategy: str, recipe: str = "adamw", **sharding) -> dict:
     return engine_spec(STEPS if recipe == "adamw" else RECIPE_STEPS, data={"source": "synthetic"},
                        train=RECIPES[recipe], sharding={"strategy": strategy, **sharding})
-
-
-@pytest.fixture(scope="module")
-def groups(fork_pool):
-    pool = Groups(fork_pool)
-    yield pool
-    pool.close()
 
 
 @pytest.fixture(scope="module")

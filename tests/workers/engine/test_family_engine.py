@@ -9,7 +9,7 @@ from typing import get_args
 
 import pytest
 
-from tests.workers.engine_spec import TINY_MODEL, Groups, engine_spec
+from tests.workers.engine_spec import TINY_MODEL, engine_spec
 from workers.engine.local import run_single_process
 from workers.spec import JobSpec, Strategy
 
@@ -27,13 +27,6 @@ def llama_job(**sharding) -> dict:
 
 def losses(metrics):
     return [m["loss"] for m in metrics]
-
-
-@pytest.fixture(scope="module")
-def groups(fork_pool):
-    pool = Groups(fork_pool)
-    yield pool
-    pool.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.workers.datasets.corpus import documents, write_jsonl, write_tokenizer
-from tests.workers.engine_spec import Groups, engine_job, engine_spec
+from tests.workers.engine_spec import engine_job, engine_spec
 from workers.datasets.prepare import prepare
 from workers.engine.local import run_single_process
 from workers.spec import JobSpec
@@ -46,13 +46,6 @@ def mix_spec(members: dict[str, str]) -> dict:
 @pytest.fixture(scope="module")
 def reference(members) -> list[dict]:
     return run_single_process(JobSpec.model_validate(mix_spec(members)))
-
-
-@pytest.fixture(scope="module")
-def groups(fork_pool):
-    pool = Groups(fork_pool)
-    yield pool
-    pool.close()
 
 
 @pytest.fixture(scope="module")
