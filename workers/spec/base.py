@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import types
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -49,6 +49,15 @@ class _Section(BaseModel):
     # parsed copy among the records it hands out; `model_copy(update=...)` makes another).
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False,
                               frozen=True)
+
+    def set_unread(self, names: Sequence[str], reads: Container[str]) -> str | None:
+        """The first of `names` that `reads` (what the chosen family, optimizer
+        or schedule reads) leaves out and this spec sets to other than its default."""
+        for name in names:
+            if (name not in reads and name in self.model_fields_set
+                    and getattr(self, name) != type(self).model_fields[name].default):
+                return name
+        return None
 
 
 class WorkerRange(_Section):

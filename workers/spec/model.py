@@ -74,11 +74,9 @@ class ModelSpec(_Section):
             raise refusal("d_model", f"model.d_model ({self.d_model}) must be divisible by "
                                      f"model.n_heads ({self.n_heads})", self.d_model)
         family = self.family_spec
-        for name in OPTIONAL_FIELDS:
-            if (name not in family.reads and name in self.model_fields_set
-                    and getattr(self, name) != type(self).model_fields[name].default):
-                raise refusal(name, f"model.{name} is not a field of the {self.family!r} family",
-                              getattr(self, name))
+        if unread := self.set_unread(OPTIONAL_FIELDS, family.reads):
+            raise refusal(unread, f"model.{unread} is not a field of the {self.family!r} family",
+                          getattr(self, unread))
         problem = family.check(self)
         if problem is not None:
             raise refusal(problem[0], problem[1], getattr(self, problem[0], None))

@@ -100,15 +100,12 @@ class TrainSpec(_Section):
     def _knobs_read(self) -> TrainSpec:
         """A knob the chosen optimizer or schedule does not read is refused
         where a spec sets it to other than its default."""
-        for knobs, kind in ((OPTIMIZER_KNOBS, self.optimizer_kind),
-                            (SCHEDULE_KNOBS, self.schedule_kind)):
-            what = "optimizer" if knobs is OPTIMIZER_KNOBS else "schedule"
-            for name in knobs:
-                if (name not in kind.reads and name in self.model_fields_set
-                        and getattr(self, name) != type(self).model_fields[name].default):
-                    raise refusal(name, f"train.{name} is not read by the {kind.name!r} "
-                                  f"{what} (it reads {', '.join(kind.reads) or 'no knob'})",
-                                  getattr(self, name))
+        for knobs, kind, what in ((OPTIMIZER_KNOBS, self.optimizer_kind, "optimizer"),
+                                  (SCHEDULE_KNOBS, self.schedule_kind, "schedule")):
+            if name := self.set_unread(knobs, kind.reads):
+                raise refusal(name, f"train.{name} is not read by the {kind.name!r} "
+                              f"{what} (it reads {', '.join(kind.reads) or 'no knob'})",
+                              getattr(self, name))
         problem = self.optimizer_kind.check(self)
         if problem is not None:
             raise refusal(problem[0], problem[1], getattr(self, problem[0], None))
