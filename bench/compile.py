@@ -18,7 +18,6 @@ losses of both modes are compared step by step.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.ranks import spawn_ranks
+from bench.ranks import report, spawn_ranks
 from bench.report import OUT, Figure, Goal, cli, load
 
 MODEL = {"n_layers": 4, "d_model": 256, "n_heads": 8, "seq_len": 256, "vocab_size": 256}
@@ -52,7 +51,6 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, steps: int, co
     import torch
 
     torch.set_num_threads(1)
-    import torch.distributed as dist
 
     from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.engine.trainer import Trainer
@@ -75,10 +73,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, steps: int, co
                "compile_s": warmed - built, "losses": [r.loss for r in rows],
                "step_s": statistics.median(r.step_time_s for r in rows[WARM_STEPS:]),
                "cpu_s": statistics.median(cpu[WARM_STEPS:])}
-        gathered = [None] * world_size
-        dist.all_gather_object(gathered, row)
-        if rank == 0:
-            Path(result).write_text(json.dumps(gathered))
+        report(row, result)
     finally:
         destroy_process_group()
 

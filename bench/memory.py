@@ -36,13 +36,11 @@ more forward and backward so that every gradient exists, and each rank counts
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
-from pathlib import Path
 
-from bench.ranks import spawn_ranks
+from bench.ranks import report, spawn_ranks
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 
 MODEL = {"n_layers": 8, "d_model": 512, "n_heads": 8, "seq_len": 128, "vocab_size": 256}
@@ -193,10 +191,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
         dist.barrier()
         spec = JobSpec.model_validate(job(model))
         if only_whole_build:
-            rows = [None] * world_size
-            dist.all_gather_object(rows, {"build_whole": measure_build(spec, world_size, "whole")})
-            if rank == 0:
-                Path(result).write_text(json.dumps(rows))
+            report({"build_whole": measure_build(spec, world_size, "whole")}, result)
             return
         builds = {"build_sharded": measure_build(spec, world_size, "sharded")}
         warm_up = one_off_growth(spec)
@@ -228,10 +223,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
         moments, step_bytes = optimizer_state_bytes(trainer.optimizer)
         row["optim_bytes"], row["optim_step_bytes"] = moments, step_bytes
         row["state_bytes"] = row["param_bytes"] + row["grad_bytes"] + moments
-        rows = [None] * world_size
-        dist.all_gather_object(rows, row)
-        if rank == 0:
-            Path(result).write_text(json.dumps(rows))
+        report(row, result)
     finally:
         destroy_process_group()
 

@@ -52,7 +52,7 @@ from bench.memory import (
     one_off_growth,
     optimizer_state_bytes,
 )
-from bench.ranks import spawn_ranks
+from bench.ranks import report, spawn_ranks
 from bench.report import Figure, Goal, cli, load
 
 MB = 1e6
@@ -124,10 +124,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, train: dict, r
                "optimizer_comm_theory": getattr(trainer.optimizer, "comm_bytes_per_step", 0.0)}
         row["state_bytes"] = row["param_bytes"] + row["grad_bytes"] + state
         trainer.batches.close()
-        rows = [None] * world_size
-        dist.all_gather_object(rows, row)
-        if rank == 0:
-            Path(result).write_text(json.dumps(rows))
+        report(row, result)
     finally:
         destroy_process_group()
 

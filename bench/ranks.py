@@ -3,6 +3,7 @@ processes on a free loopback port, each running `rank_main(rank, world_size,
 port, *args, result)`, rank 0 writing what it measured to `result` as JSON.
 
     spawn_ranks(rank_main, world_size, *args, prefix="memory") -> what rank 0 wrote
+    report(row, result)   in a rank: every rank's row, gathered; rank 0 writes them
 """
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import OUT
+
+
+def report(row: Any, result: str) -> None:
+    """Every rank's `row`, gathered (a collective); rank 0 writes the list to
+    `result`, what `spawn_ranks` returns."""
+    import torch.distributed as dist
+
+    rows: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, row)
+    if dist.get_rank() == 0:
+        Path(result).write_text(json.dumps(rows))
 
 
 def spawn_ranks(rank_main: Callable[..., None], world_size: int, *args: Any, prefix: str) -> Any:

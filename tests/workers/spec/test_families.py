@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.workers.engine_spec import engine_job
+from tests.workers.spec.distribution import distribution_on_path
 from workers.spec.families import ENTRY_POINT_GROUP, model_family, registered_families
 from workers.spec import JobSpec, ModelSpec
 
@@ -63,16 +64,11 @@ class TinyLM(nn.Module):
 def operator_distribution(tmp_path, monkeypatch):
     """A distribution `tinylm-brigade` with an entry point in `brigade.models`,
     on sys.path the way an installed package is: no edit of Brigade."""
-    (tmp_path / "tinylm_family.py").write_text(OPERATOR_FAMILY)
-    (tmp_path / "tinylm_model.py").write_text(OPERATOR_MODEL)
-    info = tmp_path / "tinylm_brigade-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinylm-brigade\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\ntinylm = tinylm_family:FAMILY\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    for name in ("tinylm_family", "tinylm_model"):
-        sys.modules.pop(name, None)
+    with distribution_on_path(
+            tmp_path, monkeypatch, "tinylm-brigade",
+            {"tinylm_family": OPERATOR_FAMILY, "tinylm_model": OPERATOR_MODEL},
+            f"[{ENTRY_POINT_GROUP}]\ntinylm = tinylm_family:FAMILY\n") as root:
+        yield root
 
 
 def test_the_built_ins_are_registered_through_entry_points():

@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.workers.engine_spec import engine_job
+from tests.workers.spec.distribution import distribution_on_path
 from workers.spec import JobSpec, TrainSpec
 from workers.spec.recipes import (
     OPTIMIZER_GROUP,
@@ -50,18 +51,12 @@ def halving(step, total_steps, train):
 def operator_distribution(tmp_path, monkeypatch):
     """A distribution `rmsrecipe-brigade` with an entry point in each group,
     on sys.path the way an installed package is: no edit of Brigade."""
-    (tmp_path / "rmsrecipe.py").write_text(OPERATOR_RECIPE)
-    (tmp_path / "rmsrecipe_impl.py").write_text(OPERATOR_IMPL)
-    info = tmp_path / "rmsrecipe_brigade-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rmsrecipe-brigade\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[{OPTIMIZER_GROUP}]\nrmsprop = rmsrecipe:RMSPROP\n\n"
-        f"[{SCHEDULE_GROUP}]\nhalving = rmsrecipe:HALVING\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    for name in ("rmsrecipe", "rmsrecipe_impl"):
-        sys.modules.pop(name, None)
+    with distribution_on_path(
+            tmp_path, monkeypatch, "rmsrecipe-brigade",
+            {"rmsrecipe": OPERATOR_RECIPE, "rmsrecipe_impl": OPERATOR_IMPL},
+            f"[{OPTIMIZER_GROUP}]\nrmsprop = rmsrecipe:RMSPROP\n\n"
+            f"[{SCHEDULE_GROUP}]\nhalving = rmsrecipe:HALVING\n") as root:
+        yield root
 
 
 def test_the_built_ins_are_registered_through_entry_points():
