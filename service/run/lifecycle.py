@@ -182,7 +182,7 @@ def decide(job: JobFacts, outcome: GroupOutcome, *, checkpoint: dict | None = No
                           {"workers": None, **kept})
     failure = Failure(error or "unknown failure", outcome.node, outcome.rank)
     if outcome.permanent:  # bad data stays bad, a compiler stays missing: no restart spent
-        return replace(_fail(job, f"{error} (not restarted: the data must be fixed)"),
+        return replace(_fail(job, f"{error} (not restarted: it fails the same way again)"),
                        failure=failure)
     return _restart_or_fail(job, failure, kept, failures, multi_node, policy)
 

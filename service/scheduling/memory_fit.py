@@ -99,18 +99,16 @@ class MemoryFitPolicy:
         return MemoryDecision(False, reason, n, need[n], worker_bytes, fits_from)
 
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def model_size(spec: JobSpec) -> ModelSize:
     """A job's model, as the policy counts it (from the spec alone: torch-free)."""
     count = spec.model.param_count()
-    from workers.spec.recipes import model_state_bytes
+    from workers.spec.adapter import job_state_bytes
+    from workers.spec.base import DTYPE_BYTES
 
     sh, train, tp = spec.sharding, spec.train, _tp(spec)
 
     def state(shard_degree: int) -> float:
-        return model_state_bytes(spec.model, train, round(count.total / tp), shard_degree)
+        return job_state_bytes(spec, round(count.total / tp), shard_degree, tp)
 
     return ModelSize(num_params=count.total, largest_unit=count.largest_unit(sh.blocks_per_unit),
                      param_bytes=DTYPE_BYTES[sh.param_dtype],

@@ -9,7 +9,7 @@ a compiler that cannot run the engine's (`CompileError`, workers/engine/errors.p
 from __future__ import annotations
 
 from workers.datasets.errors import DataError
-from workers.engine.errors import CompileError
+from workers.engine.errors import BaseMismatch, CompileError
 
 
 class WorkerGroupError(RuntimeError):
@@ -50,7 +50,8 @@ class RankHungError(RankError):
 
 # How a rank's failure reads when its cause is one a restart cannot fix: bad data
 # (workers/datasets/errors.py), a compiler that cannot run (workers/engine/errors.py).
-PERMANENT_MARKS = tuple(f"{error.__name__}: " for error in (DataError, CompileError))
+PERMANENT_MARKS = tuple(f"{error.__name__}: " for error in (DataError, CompileError,
+                                                            BaseMismatch))
 
 
 def is_permanent(message: str) -> bool:

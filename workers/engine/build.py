@@ -40,6 +40,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from workers.models.llama import hf_init
+from workers.models.lora import is_adapter
 from workers.spec import JobSpec, SpecError
 
 # Wrappers that put a prefix into parameter names (activation checkpointing,
@@ -65,9 +66,18 @@ def canonical_name(name: str) -> str:
 
 
 def named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every parameter (a tied one once) and buffer, by canonical name."""
+    """Every parameter (a tied one once) and buffer of the model itself, by
+    canonical name: not its adapters' (`adapter_tensors`)."""
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        yield canonical_name(name), tensor
+        if not is_adapter(name):
+            yield canonical_name(name), tensor
+
+
+def adapter_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The adapters' parameters (workers/models/lora.py), by canonical name."""
+    for name, tensor in model.named_parameters():
+        if is_adapter(name):
+            yield canonical_name(name), tensor
 
 
 def local_region(tensor: torch.Tensor) -> tuple[slice, ...]:
@@ -122,7 +132,7 @@ class SeededInit:
 class ShardedModel:
     model: Any  # the nn.Module, its root an FSDPModule too (set_requires_gradient_sync, ...)
     units: list[FSDPModule]  # in forward order, the root last (workers/engine/sharding.py)
-    num_params: int  # of the full model (a tied parameter once)
+    num_params: int  # of the full model (a tied parameter once), not counting adapters
 
 
 def build_sharded(
@@ -144,6 +154,10 @@ def build_sharded(
     with torch.device("meta"):
         model = job.model.family_spec.build(job.model)
     num_params = sum(p.numel() for p in model.parameters())
+    if job.adapter is not None:  # LoRA on the targets, the rest frozen (workers/engine/adapters.py)
+        from workers.engine.adapters import add_adapters
+
+        add_adapters(model, job)
     units = parallelize(model)
     model.to_empty(device=torch.device("cpu") if job.sharding.cpu_offload else device)
     (weights or SeededInit(job.train.seed)).fill(model)

@@ -23,22 +23,27 @@ from checkpoints import CheckpointTarget
 from checkpoints.checkpointer import Checkpointer, LoadResult
 from checkpoints.errors import CheckpointError
 from checkpoints.stateful import ModelAndOptimizer
+from workers.engine.adapters import check_base
 from workers.engine.train_state import TrainState
 from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
 
-def run_info(spec: JobSpec, mesh_shape: Sequence[int]) -> dict:
+def run_info(spec: JobSpec, mesh_shape: Sequence[int], base: dict | None = None) -> dict:
     """What the run looks like, recorded beside its state for the listing
-    (the world size is the mesh's size: (replicate,) shard (, tp))."""
-    return {
+    (the world size is the mesh's size: (replicate,) shard (, tp)); an
+    adapter job's `base` identity too (workers/engine/adapters.py)."""
+    info = {
         "world_size": math.prod(mesh_shape),
         "sharding": spec.sharding.strategy,
         "mesh": list(mesh_shape),
         "tp": spec.parallelism.tp,
         "config_hash": spec.config_hash(),
     }
+    if base is not None:
+        info["base"] = base
+    return info
 
 
 class TrainerCheckpoints:
@@ -54,14 +59,18 @@ class TrainerCheckpoints:
         optimizer: torch.optim.Optimizer,
         train_state: TrainState,
         mesh_shape: Sequence[int],
+        base: dict | None = None,
         timeout_s: float = 600.0,
     ):
         self.policy = spec.checkpoint
         self.checkpointer = Checkpointer(target.open_store(), keep_last=self.policy.keep_last,
                                          timeout_s=timeout_s)
-        self.model_and_optimizer = ModelAndOptimizer(model, optimizer)
+        # an adapter job's checkpoints hold its adapters and their state alone
+        self.model_and_optimizer = ModelAndOptimizer(model, optimizer,
+                                                     trainable_only=spec.adapter is not None)
         self.train_state = train_state
-        self.run_info = run_info(spec, mesh_shape)
+        self.base = base
+        self.run_info = run_info(spec, mesh_shape, base)
         self.last_saved: int | None = None
         self.failures = 0  # saves that failed in this run
 
@@ -80,6 +89,8 @@ class TrainerCheckpoints:
         result = self.checkpointer.resume({"app": self.model_and_optimizer})
         if result is not None:
             extra = result.extra
+            if self.base is not None:  # adapters resume only on the base they were trained on
+                check_base(extra.get("base"), self.base, result.step)
             if extra["config_hash"] != self.run_info["config_hash"]:
                 logger.warning(
                     "resuming step %d saved by a different job config (hash %s, now %s)",

@@ -14,3 +14,9 @@ class CompileError(RuntimeError):
     code on the same machines fails the same way again, so the job fails at
     once, its message carrying the compiler's reason, without using up its
     restarts."""
+
+
+class BaseMismatch(RuntimeError):
+    """An adapter job's checkpoint was trained on other base weights (or
+    another model config) than the job's `init` now holds: its adapters mean
+    nothing on this base, and a restart reads the same files again."""

@@ -89,10 +89,17 @@ class HuggingFaceWeights:
 def weight_source(job: JobSpec) -> WeightSource:
     """The job's initial weights for the build: a Hugging Face directory's
     (`init.uri`, each rank reading its slices), else seeded random (`init.job`
-    loads its checkpoint over them after the build: `initialise`)."""
+    loads its checkpoint over them after the build: `initialise`); with an
+    adapter, the adapters' after the base's (workers/engine/adapters.py)."""
+    base: WeightSource = SeededInit(job.train.seed)
     if job.init is not None and job.init.uri is not None:
-        return HuggingFaceWeights(job.init.uri)
-    return SeededInit(job.train.seed)
+        base = HuggingFaceWeights(job.init.uri)
+    if job.adapter is None:
+        return base
+    from workers.engine.adapters import AdapterWeights
+
+    return AdapterWeights(base, job.train.seed,
+                          None if job.init is None else job.init.adapter_uri)
 
 
 def load_job_weights(init: InitSpec, source: CheckpointTarget, *, model: nn.Module,

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from workers.spec import JobSpec
-from workers.spec.recipes import model_state_bytes
+from workers.spec.adapter import job_state_bytes
 
 
 @dataclass(kw_only=True)
@@ -38,8 +38,10 @@ def mem_theory_bytes(job: JobSpec, num_params: int, shard_degree: int) -> int:
     """The model state of one rank: fp32 params and grads (8 B/param) and the
     job's optimizer's state (its descriptor's count, workers/spec/recipes.py:
     AdamW and Adam 8 B/param, SGD 4 with momentum and 0 without), sharded
-    `shard_degree` ways; `num_params` is one tensor-parallel rank's piece."""
-    return int(model_state_bytes(job.model, job.train, num_params, shard_degree))
+    `shard_degree` ways; with an adapter, the frozen base at its dtype and the
+    adapters' state (workers/spec/adapter.py). `num_params` is one
+    tensor-parallel rank's piece of the model."""
+    return int(job_state_bytes(job, num_params, shard_degree, job.parallelism.tp))
 
 
 class PeakMemory:

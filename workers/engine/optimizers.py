@@ -23,8 +23,9 @@ from workers.spec import TrainSpec
 
 
 def decay_groups(params: Iterable[torch.nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
-    """Two parameter groups: the matrices, decayed by `weight_decay`, and the rest, not."""
-    params = list(params)
+    """Two parameter groups: the matrices, decayed by `weight_decay`, and the
+    rest, not; frozen parameters (an adapter job's base) in neither."""
+    params = [p for p in params if p.requires_grad]
     return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 

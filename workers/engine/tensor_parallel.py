@@ -109,7 +109,15 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     plan = getattr(model, "tp_plan", None)
     if plan is None:
         raise ValueError(f"{type(model).__name__} declares no tensor-parallel plan")
-    parallelize_module(model, tp_mesh, plan())
+    styles = plan()
+    from workers.models.lora import LoraLinear
+
+    if targets := tuple({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                         if isinstance(m, LoraLinear)}):
+        from workers.engine.adapters import lora_styles  # adapters split as their layers do
+
+        styles = lora_styles(styles, targets)
+    parallelize_module(model, tp_mesh, styles)
     if getattr(model, "tied", False):
         head: Any = model.head  # the engine's view of a decoder (workers/models)
         head.weight = cast(nn.Module, model.embedding).weight

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from checkpoints import CheckpointTarget
+from workers.engine.adapters import base_identity
 from workers.engine.build import build_sharded
 from workers.engine.checkpointing import TrainerCheckpoints
 from workers.engine.comm import CommCounter, comm_theory_bytes
@@ -36,6 +37,7 @@ from workers.engine.tensor_parallel import (
 )
 from workers.engine.train_state import TrainState
 from workers.spec import JobSpec, split_evenly
+from workers.spec.adapter import adapter_params
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
 STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
@@ -107,6 +109,7 @@ class Trainer:
             self.checkpoints = TrainerCheckpoints(
                 checkpoint, config, model=model, optimizer=self.optimizer,
                 train_state=self.state, mesh_shape=tuple(self.mesh.shape),
+                base=None if config.adapter is None else base_identity(config),
             )
             loaded = self.checkpoints.resume()
             self.resumed_from = None if loaded is None else loaded.step
@@ -128,12 +131,15 @@ class Trainer:
         (`comm_bytes_per_step`, workers/engine/whole_matrix.py)."""
         cfg, sh, dp = self.config, self.config.sharding, self.layout.dp_size
         reduce_itemsize = DTYPES[sh.reduce_dtype].itemsize
-        params = params_per_tp_rank(cfg.model, self.layout.tp)
+        params = trained = params_per_tp_rank(cfg.model, self.layout.tp)
+        if cfg.adapter is not None:  # all gathered, only the adapters' gradients reduced
+            trained = adapter_params(cfg.model, cfg.adapter, self.layout.tp)
+            params += trained
         fsdp = comm_theory_bytes(
             sh.strategy,
             sh.mesh_shape(dp),
             param_bytes=params * DTYPES[sh.param_dtype].itemsize,
-            reduce_bytes=params * reduce_itemsize,
+            reduce_bytes=trained * reduce_itemsize,
             micro_steps=cfg.train.accumulation_steps(dp),
             reduce_scatter_ratio=wire_bytes_per_value(sh.grad_compression, reduce_itemsize)
             / reduce_itemsize,

@@ -18,6 +18,7 @@ A knob marked `OPERATOR_ONLY` is for the engine's own tools (benchmarks, an
 engine YAML); the service refuses it from a tenant (`operator_only_set`).
 """
 
+from workers.spec.adapter import AdapterSpec
 from workers.spec.base import (
     BYTE_VOCAB,
     DEFAULT_MAX_RESTARTS,
@@ -59,7 +60,7 @@ from workers.spec.training import (
 )
 
 __all__ = [
-    "BYTE_VOCAB", "CONFIG_URI_FIELDS", "CURVE_SECTIONS", "DEFAULT_MAX_RESTARTS", "JOB_ID_PATTERN",
+    "AdapterSpec", "BYTE_VOCAB", "CONFIG_URI_FIELDS", "CURVE_SECTIONS", "DEFAULT_MAX_RESTARTS", "JOB_ID_PATTERN",
     "LLAMA_FIELDS", "MAX_PREPARE_FILES", "MAX_PRIORITY", "MAX_WORKERS", "NAME_PATTERN",
     "OPERATOR_ONLY", "TOKEN_DATA_FIELDS", "TOKEN_SOURCES", "URI_SOURCES", "CheckpointSpec",
     "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "MixMember", "ModelSpec",

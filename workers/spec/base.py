@@ -22,6 +22,7 @@ BYTE_VOCAB = 256  # builtin and uri data are bytes
 
 Strategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
 Dtype = Literal["float32", "bfloat16", "float16"]
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}  # a Dtype's bytes per value
 Compression = Literal["none", "bf16", "int8"]
 
 

@@ -102,6 +102,11 @@ class Family:
     # its parameters' shapes (kept in sync by a test); unset, an optimizer
     # whose state follows the shapes counts its worst case
     shapes: Callable[[Any], TensorShapes] | None = None
+    # the linear layers of a block that adapters may target (workers/spec/adapter.py):
+    # name -> (in, out) features; unset, the family takes no adapter
+    adapter_targets: Callable[[Any], dict[str, tuple[int, int]]] | None = None
+    # of those, the ones its tensor-parallel plan splits by input (row-wise)
+    row_parallel: tuple[str, ...] = ()
 
     def build(self, spec: Any) -> Any:
         module, _, attribute = self.builder.partition(":")
@@ -163,6 +168,13 @@ def _llama_shapes(spec: Any) -> TensorShapes:
     return TensorShapes(block, spec.n_layers, rest)
 
 
+def _llama_linears(spec: Any) -> dict[str, tuple[int, int]]:
+    d, f = spec.d_model, spec.ffn_width
+    q, kv = spec.n_heads * (d // spec.n_heads), spec.kv_heads * (d // spec.n_heads)
+    return {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d),
+            "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+
+
 def _llama_check(spec: Any) -> tuple[str, str] | None:
     if spec.n_heads % spec.kv_heads:
         return "n_kv_heads", (f"model.n_kv_heads ({spec.kv_heads}) must divide model.n_heads "
@@ -176,4 +188,5 @@ def _llama_check(spec: Any) -> tuple[str, str] | None:
 GPT = Family("gpt", "workers.models.gpt:GPT", _gpt_params, frozenset({"mlp_ratio"}),
              shapes=_gpt_shapes)
 LLAMA = Family("llama", "workers.models.llama:Llama", _llama_params, frozenset(OPTIONAL_FIELDS),
-               _llama_check, tensor_parallel=True, shapes=_llama_shapes)
+               _llama_check, tensor_parallel=True, shapes=_llama_shapes,
+               adapter_targets=_llama_linears, row_parallel=("o_proj", "down_proj"))

@@ -22,6 +22,7 @@ from workers.spec.base import (
     _Section,
     refusal,
 )
+from workers.spec.adapter import AdapterSpec
 from workers.spec.data import TOKEN_DATA_FIELDS, TOKEN_SOURCES, DataSpec, EvalSpec, PrepareSpec
 from workers.spec.families import model_family
 from workers.spec.model import LLAMA_FIELDS, ModelSpec, config_in
@@ -36,7 +37,7 @@ from workers.spec.training import (
 )
 
 # What determines the loss curve: the checkpoint's config hash covers these.
-CURVE_SECTIONS = ("model", "data", "train", "sharding", "init")
+CURVE_SECTIONS = ("model", "data", "train", "sharding", "init", "adapter")
 
 
 class JobSpec(_Section):
@@ -53,6 +54,8 @@ class JobSpec(_Section):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     init: InitSpec | None = None  # initial weights: a Hugging Face directory or a job's checkpoint
+    # train low-rank adapters on the frozen model (workers/spec/adapter.py); unset: every weight
+    adapter: AdapterSpec | None = None
     eval: EvalSpec | None = None  # a validation loss in the metrics rows of some steps
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)  # TensorBoard files
     # train: a training job; prepare: a dataset's preparation (the `prepare` section)
@@ -130,6 +133,12 @@ class JobSpec(_Section):
                           self.train.compile)
         if model_known:
             self._tensor_parallel_fits()
+        if self.adapter is not None:
+            self._adapter_fits(model_known)
+        elif self.init is not None and self.init.adapter_uri is not None:
+            raise refusal("init.adapter_uri", "init.adapter_uri continues a LoRA adapter: the job "
+                          "needs an adapter section (its kind, rank, alpha and targets)",
+                          self.init.adapter_uri)
         if not self.world_sizes():
             field, message = self.world_size_problem(self.min_workers) or ("workers", "")
             raise refusal(field, message)
@@ -153,6 +162,38 @@ class JobSpec(_Section):
             if size % tp:
                 raise refusal("parallelism.tp", f"parallelism.tp ({tp}) must divide model.{what} "
                               f"({size})", tp)
+
+    def _adapter_fits(self, model_known: bool) -> None:
+        """Adapters train on a base the family can target, re-read at every
+        start (from init.uri, or seeded), with an optimizer that updates them
+        element by element."""
+        assert self.adapter is not None
+        if self.kind != "train":
+            raise refusal("adapter", "adapter trains a model: it needs kind 'train'")
+        if self.init is not None and self.init.job is not None:
+            raise refusal("init.job", "an adapter job's base is re-read at every start from "
+                          "init.uri (or seeded): init.job's checkpoint cannot be its base",
+                          self.init.job)
+        if not self.train.optimizer_kind.adapters:
+            raise refusal("train.optimizer", f"train.optimizer {self.train.optimizer!r} updates "
+                          "whole weight matrices; adapters train with an elementwise one "
+                          "(adamw, adam, sgd)", self.train.optimizer)
+        if self.sharding.grad_compression != "none":
+            raise refusal("sharding.grad_compression", "sharding.grad_compression is for full "
+                          "training; an adapter job's gradients are the adapters' alone",
+                          self.sharding.grad_compression)
+        if not model_known:
+            return
+        targets = self.model.family_spec.adapter_targets
+        if targets is None:
+            raise refusal("adapter", f"model.family {self.model.family!r} takes no adapter "
+                          "(no targetable linear layers); llama does")
+        known = targets(self.model)
+        for i, name in enumerate(self.adapter.targets):
+            if name not in known:
+                raise refusal(f"adapter.targets.{i}", f"adapter.targets: model.family "
+                              f"{self.model.family!r} has no module {name!r} in its blocks "
+                              f"(it has {', '.join(known)})", name)
 
     # -- sizes ------------------------------------------------------------------
 
@@ -209,6 +250,8 @@ class JobSpec(_Section):
         curve = self.model_dump(mode="json", include=set(CURVE_SECTIONS))
         if self.init is None:  # the hash of a job without init is what it was before init
             curve.pop("init", None)
+        if self.adapter is None:  # likewise without an adapter
+            curve.pop("adapter", None)
         curve["model"].pop("config_uri")  # resolved into the fields by then
         if self.model.family != "llama":  # a GPT's hash is what it was before llama's fields
             for name in LLAMA_FIELDS:

@@ -71,6 +71,9 @@ class OptimizerKind:
     reads: tuple[str, ...] = ()  # of OPTIMIZER_KNOBS
     # the optimizer's own rules over its knobs: (field, why) a spec cannot run, or None
     check: Callable[[Any], tuple[str, str] | None] = _no_problem
+    # it updates each parameter element by element, so it can train adapters alone
+    # (an optimizer over whole matrices of the model cannot: workers/spec/adapter.py)
+    adapters: bool = True
 
     def build(self, model: Any, train: Any) -> Any:
         return _load(self.builder)(model, train)
@@ -214,11 +217,13 @@ def _adafactor_state(model: Any, train: Any, params: int, shard_degree: int) -> 
 # torch.optim.Muon on the blocks' matrices, each orthogonalized whole; AdamW on
 # the embedding, head, norms and biases (its knobs: beta1, beta2, eps, weight_decay).
 MUON = OptimizerKind("muon", "workers.engine.whole_matrix:build_muon", _muon_state,
-                     ("momentum", "nesterov", "ns_steps", "adjust_lr_fn", *ADAM_FIELDS))
+                     ("momentum", "nesterov", "ns_steps", "adjust_lr_fn", *ADAM_FIELDS),
+                     adapters=False)
 # torch.optim.Adafactor on every parameter whole; eps is its eps1 (the floor of
 # the squared-gradient estimate; unset: torch's, the dtype's epsilon).
 ADAFACTOR = OptimizerKind("adafactor", "workers.engine.whole_matrix:build_adafactor",
-                          _adafactor_state, ("beta2_decay", "eps", "weight_decay"))
+                          _adafactor_state, ("beta2_decay", "eps", "weight_decay"),
+                          adapters=False)
 
 # -- the built-in schedules ----------------------------------------------------------
 

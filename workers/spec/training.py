@@ -196,19 +196,22 @@ class InitSpec(_Section):
     the one its config.json describes, as with `model.config_uri`. `job`:
     one of the tenant's own jobs, at its committed `step` (unset: its
     latest, fixed at submit). From a job, the optimizer state and the data
-    cursor start fresh unless asked."""
+    cursor start fresh unless asked. `adapter_uri` (with `uri` and the job's
+    `adapter`): a PEFT LoRA adapter directory (adapter_config.json,
+    adapter_model.safetensors) of that base to continue training from."""
 
     uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    adapter_uri: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
     job: Annotated[str, Field(pattern=JOB_ID_PATTERN)] | None = None
     step: Annotated[int, Field(ge=0, le=999_999_999)] | None = None
     resume_optimizer: bool = False  # job only: its optimizer state too (the same kind as this job's)
     resume_data: bool = False  # job only: continue its data order from its cursor
 
-    @field_validator("uri")
+    @field_validator("uri", "adapter_uri")
     @classmethod
-    def _printable(cls, value: str | None) -> str | None:
+    def _printable(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not value.isprintable():
-            raise ValueError("init.uri must not contain control characters")
+            raise ValueError(f"init.{info.field_name} must not contain control characters")
         return value
 
     @model_validator(mode="after")
@@ -221,4 +224,7 @@ class InitSpec(_Section):
                 if name in self.model_fields_set and getattr(self, name):
                     raise refusal(name, f"init.{name} is used with init.job, not init.uri",
                                   getattr(self, name))
+        if self.adapter_uri is not None and self.uri is None:
+            raise refusal("adapter_uri", "init.adapter_uri is an adapter of the base at init.uri: "
+                          "set init.uri too", self.adapter_uri)
         return self
