@@ -1,11 +1,17 @@
 """A job's exports: consolidated Hugging Face-format models, committed like
 checkpoints. Plain file I/O through fsspec, no torch.
 
-    {root}/tenants/{tenant}/jobs/{job}/exports/step-{step:09d}-{dtype}/
+    {root}/tenants/{tenant}/jobs/{job}/exports/step-{step:09d}-{dtype}[-{kind}]/
         config.json
         model.safetensors                      or shards model-0000k-of-0000n.safetensors
         model.safetensors.index.json           (with shards)
         manifest.json                          ours, signed, written LAST
+
+An export's `kind` (`EXPORT_KINDS`) says what it holds: "model", the job's
+weights (its id has no suffix, as before kinds existed); "adapter", an
+adapter job's LoRA adapters as a PEFT adapter directory
+(adapter_config.json, adapter_model.safetensors); "merged", the base with
+the adapters merged into it, a plain Hugging Face model as "model" is.
 
 An export is committed when its manifest verifies (signature; this tenant,
 job, step and dtype; every listed file there with its size). A directory
@@ -37,21 +43,27 @@ from checkpoints.manifest import FileEntry, Manifest, check_secret, utc_now
 
 EXPORTS_DIR = "exports"
 EXPORT_DTYPES = ("bfloat16", "float32")
+EXPORT_KINDS = ("model", "adapter", "merged")
 EXPORT_FORMAT = "huggingface"
-_EXPORT_ID = re.compile(r"^step-(\d{9})-(bfloat16|float32)$")
+_EXPORT_ID = re.compile(r"^step-(\d{9})-(bfloat16|float32)(?:-(adapter|merged))?$")
 EXPORT_DIGEST = "sha256"
 
 
-def export_id(step: int, dtype: str) -> str:
+def export_id(step: int, dtype: str, kind: str = "model") -> str:
+    """'step-000000020-float32' for a model export, '...-float32-adapter' or '-merged' else."""
     if dtype not in EXPORT_DTYPES:
         raise ValueError(f"an export's dtype is one of {', '.join(EXPORT_DTYPES)}, not {dtype!r}")
-    return f"{layout.step_dirname(step)}-{dtype}"
+    if kind not in EXPORT_KINDS:
+        raise ValueError(f"an export's kind is one of {', '.join(EXPORT_KINDS)}, not {kind!r}")
+    suffix = "" if kind == "model" else f"-{kind}"
+    return f"{layout.step_dirname(step)}-{dtype}{suffix}"
 
 
-def parse_export_id(value: str) -> tuple[int, str] | None:
-    """(step, dtype) of an export id such as 'step-000000020-float32', else None."""
+def parse_export_id(value: str) -> tuple[int, str, str] | None:
+    """(step, dtype, kind) of an export id such as 'step-000000020-float32' (kind
+    "model") or 'step-000000020-float32-adapter', else None."""
     match = _EXPORT_ID.match(value)
-    return (int(match.group(1)), match.group(2)) if match else None
+    return (int(match.group(1)), match.group(2), match.group(3) or "model") if match else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +73,7 @@ class ExportInfo:
     id: str
     step: int
     dtype: str
+    kind: str  # one of EXPORT_KINDS
     bytes: int
     files: dict[str, FileEntry]
     created_at: datetime
@@ -84,7 +97,7 @@ class ExportStore:
 
     def path(self, ident: str, name: str | None = None) -> str:
         if parse_export_id(ident) is None:
-            raise ValueError(f"{ident!r} is not an export id (step-NNNNNNNNN-dtype)")
+            raise ValueError(f"{ident!r} is not an export id (step-NNNNNNNNN-dtype[-kind])")
         base = f"{self.directory}/{ident}"
         return base if name is None else f"{base}/{layout.validate_name('file', name)}"
 
@@ -94,7 +107,7 @@ class ExportStore:
     # -- listing -------------------------------------------------------------------
 
     def ids(self) -> list[str]:
-        """Every export directory, committed or not, in (step, dtype) order."""
+        """Every export directory, committed or not, in (step, dtype, kind) order."""
         return sorted(name for name in (layout.basename(e["name"]) for e in self._ls(self.directory))
                       if parse_export_id(name) is not None)
 
@@ -122,14 +135,15 @@ class ExportStore:
 
     def read_manifest(self, ident: str) -> Manifest:
         """The export's manifest if it is committed; `CheckpointInvalid` with the reason otherwise."""
-        step, dtype = parse_export_id(ident) or (None, None)
+        step, dtype, kind = parse_export_id(ident) or (None, None, None)
         sizes = {layout.basename(e["name"]): e.get("size") for e in self._ls(self.path(ident))}
         if layout.MANIFEST_NAME not in sizes:
             raise TornCheckpoint(f"export {ident}: no manifest (a write that never finished)")
         manifest = Manifest.from_json(self.fs.cat_file(self.path(ident, layout.MANIFEST_NAME)),
                                       self._secret)
-        where = (manifest.tenant, manifest.job, manifest.step, manifest.extra.get("export"))
-        if where != (self.tenant, self.job, step, dtype):
+        where = (manifest.tenant, manifest.job, manifest.step, manifest.extra.get("export"),
+                 manifest.extra.get("kind", "model"))
+        if where != (self.tenant, self.job, step, dtype, kind):
             raise CheckpointInvalid(f"export {ident}: manifest is for {where}, not this directory")
         for name, entry in sorted(manifest.files.items()):
             if sizes.get(name) != entry.size:
@@ -176,10 +190,11 @@ class ExportStore:
     def commit(self, ident: str, *, world_size: int, files: dict[str, FileEntry],
                extra: dict[str, Any]) -> Manifest:
         """Write the signed manifest, last: the export is committed."""
-        step, dtype = parse_export_id(ident) or (0, "")
+        step, dtype, kind = parse_export_id(ident) or (0, "", "model")
         manifest = Manifest(tenant=self.tenant, job=self.job, step=step, world_size=world_size,
                             created_at=utc_now(), files=files,
-                            extra={**extra, "export": dtype, "format_name": EXPORT_FORMAT})
+                            extra={**extra, "export": dtype, "kind": kind,
+                                   "format_name": EXPORT_FORMAT})
         self.fs.pipe_file(self.path(ident, layout.MANIFEST_NAME), manifest.to_json(self._secret))
         return manifest
 
@@ -203,7 +218,7 @@ class ExportStore:
     def _info(self, ident: str, manifest: Manifest) -> ExportInfo:
         files = {n: e for n, e in manifest.files.items()}
         return ExportInfo(id=ident, step=manifest.step, dtype=manifest.extra["export"],
-                          bytes=manifest.total_bytes, files=files,
+                          kind=manifest.extra.get("kind", "model"), bytes=manifest.total_bytes, files=files,
                           created_at=manifest.created_at_datetime, uri=self.uri(ident))
 
     def _ls(self, path: str) -> list[dict[str, Any]]:

@@ -30,12 +30,17 @@ def write(exports: ExportStore, ident: str, *, commit: bool = True) -> None:
         exports.commit(ident, world_size=2, files=files, extra={})
 
 
-def test_ids_name_step_and_dtype():
+def test_ids_name_step_dtype_and_kind():
     assert export_id(20, "bfloat16") == "step-000000020-bfloat16"
-    assert parse_export_id("step-000000020-float32") == (20, "float32")
+    assert parse_export_id("step-000000020-float32") == (20, "float32", "model")
+    assert export_id(20, "float32", "adapter") == "step-000000020-float32-adapter"
+    assert parse_export_id("step-000000020-bfloat16-merged") == (20, "bfloat16", "merged")
     assert parse_export_id("step-20-float32") is None
+    assert parse_export_id("step-000000020-float32-model") is None  # a model's id has no suffix
     with pytest.raises(ValueError, match="dtype"):
         export_id(1, "float16")
+    with pytest.raises(ValueError, match="kind"):
+        export_id(1, "float32", "lora")
 
 
 def test_only_committed_exports_are_listed_and_torn_ones_are_cleaned_up(exports):
@@ -47,6 +52,20 @@ def test_only_committed_exports_are_listed_and_torn_ones_are_cleaned_up(exports)
     assert exports.cleanup_torn(keep={"step-000000020-float32"}) == []  # still being written
     assert exports.cleanup_torn() == ["step-000000020-float32"]
     assert exports.ids() == ["step-000000010-float32"]
+
+
+def test_each_kind_of_export_of_a_step_is_listed_with_its_kind(exports):
+    for ident in ("step-000000010-float32", "step-000000010-float32-adapter",
+                  "step-000000010-float32-merged"):
+        write(exports, ident)
+    assert [(e.id, e.step, e.kind) for e in exports.list_committed()] == [
+        ("step-000000010-float32", 10, "model"), ("step-000000010-float32-adapter", 10, "adapter"),
+        ("step-000000010-float32-merged", 10, "merged")]
+    # an adapter's manifest copied over its merged export names another kind: not listed
+    exports.fs.pipe_file(exports.path("step-000000010-float32-merged", "manifest.json"),
+                         exports.fs.cat_file(exports.path("step-000000010-float32-adapter",
+                                                          "manifest.json")))
+    assert "step-000000010-float32-merged" not in {e.id for e in exports.list_committed()}
 
 
 def test_a_corrupt_file_fails_its_manifest_check(exports):
