@@ -150,11 +150,13 @@ def parse_index(data: bytes, path: str) -> dict[str, str]:
 
 @dataclass
 class SafetensorsReader:
-    """A Hugging Face model directory's tensors, read by box through fsspec."""
+    """A Hugging Face model directory's tensors (or those of its one `file`),
+    read by box through fsspec."""
 
     uri: str
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     max_gap: int = 256 << 10  # runs this close are read as one range (a row of a column shard)
+    file: str | None = None  # one file of the directory to read instead (a PEFT adapter's)
     reads: int = 0  # ranged reads of tensor data
     bytes_read: int = 0
 
@@ -162,7 +164,9 @@ class SafetensorsReader:
         self.fs, self.path = url_to_fs(self.uri, **dict(self.storage_options))
         self.path = self.path.rstrip("/")
         self.tensors: dict[str, TensorInfo] = {}
-        for file in model_files(self.fs, self.path):
+        files = ([f"{self.path}/{self.file}"] if self.file is not None
+                 else model_files(self.fs, self.path))
+        for file in files:
             for name, info in read_header(self.fs, file).items():
                 if name in self.tensors:
                     raise SafetensorsError(f"{self.uri}: tensor {name!r} is in two files")

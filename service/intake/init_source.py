@@ -7,6 +7,10 @@ weights at every attempt:
   headers hold every parameter of the job's model with its shape, and
   whose config.json agrees on what shapes cannot tell (rotary base, norm
   epsilon, tied head): a mismatch is a 422 naming the tensor or the field.
+- `init.adapter_uri` (with `init.uri`): under the same prefix, a PEFT LoRA
+  adapter directory whose adapter_config.json is the job's `adapter` (rank,
+  alpha, targets) and whose adapter_model.safetensors holds every adapter
+  tensor of the model at its shape: a 422 at `init.adapter_uri` otherwise.
 - `init.job`: one of the tenant's own jobs (another tenant's is a 404, as
   everywhere), of the same model shapes, with a committed checkpoint at
   `init.step`; an unset step becomes its latest committed one now. With
@@ -25,6 +29,7 @@ from service.intake.data_access import check_data_uri
 from service.store.errors import JobNotFound
 from workers.spec import JobSpec, SpecError
 from workers.spec.hf_format import config_mismatch, model_mismatch, weights_mismatch
+from workers.spec.peft_format import adapter_weights_mismatch, open_adapter
 
 if TYPE_CHECKING:
     from service.store import JobRecord, JobStore
@@ -39,7 +44,12 @@ def resolve_init(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
     if init.uri is not None:
         uri = check_data_uri(init.uri, tenant, data_root, field="init.uri")
         check_weights(spec, uri)
-        return spec.model_copy(update={"init": init.model_copy(update={"uri": uri})})
+        fixed = {"uri": uri}
+        if init.adapter_uri is not None:
+            fixed["adapter_uri"] = check_data_uri(init.adapter_uri, tenant, data_root,
+                                                  field="init.adapter_uri")
+            check_adapter(spec, fixed["adapter_uri"])
+        return spec.model_copy(update={"init": init.model_copy(update=fixed)})
     assert init.job is not None
     source = store.get_job(init.job, tenant=tenant)
     if source is None:
@@ -91,3 +101,15 @@ def check_weights(spec: JobSpec, uri: str) -> None:
     field_problem = config_mismatch(spec.model, config)
     if field_problem is not None:
         raise SpecError(field_problem[0], f"init.uri: {field_problem[1]}")
+
+
+def check_adapter(spec: JobSpec, uri: str) -> None:
+    """The PEFT adapter directory at `uri` is the job's adapter (its config's
+    rank, alpha and targets) with every tensor of it at its shape (SpecError
+    at init.adapter_uri naming what does not fit)."""
+    assert spec.adapter is not None  # the spec allows an adapter_uri only with an adapter
+    reader = open_adapter(uri, spec.adapter)
+    found = {name: info.shape for name, info in reader.tensors.items()}
+    problem = adapter_weights_mismatch(spec.model, spec.adapter, found)
+    if problem is not None:
+        raise SpecError("init.adapter_uri", f"init.adapter_uri: {problem}")

@@ -1,6 +1,8 @@
 """Submitting real models over HTTP: a Hugging Face config.json under the
 tenant's data prefix becomes the stored model's fields; a family that is not
-registered and a model too large for a worker are refused with the reason."""
+registered and a model too large for a worker are refused with the reason; an
+`init.adapter_uri` (a PEFT adapter made here by peft) is checked against the job's
+`adapter` and refused at that field with the reason."""
 
 from __future__ import annotations
 
@@ -156,5 +158,74 @@ def test_init_uri_alone_refusals_name_the_field(http, hf_dir, mismatched_dir, ca
     assert r.status_code == 422, r.text
     error = r.json()["error"]
     assert error["field"] == field, error
+    for word in words:
+        assert word in error["message"], error
+
+
+# -- continuing from a PEFT adapter: `init: {uri: DIR, adapter_uri: PEFT_DIR}` ----------------
+
+ADAPTER = {"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj", "down_proj"]}
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(hf_dir, tmp_path_factory) -> str:
+    """A LoRA adapter of the tiny Llama, saved by peft under the admin's prefix: its URI."""
+    from tests.workers.hf_ranks import hf_llama
+    from tests.workers.peft_dirs import peft_adapter
+
+    uri = hf_dir.replace("tiny-llama", "tiny-lora")
+    peft_adapter(hf_llama(tmp_path_factory.mktemp("base")), Path(uri.removeprefix("file://")),
+                 rank=ADAPTER["rank"], alpha=ADAPTER["alpha"], targets=ADAPTER["targets"])
+    return uri
+
+
+def test_an_adapter_uri_may_be_relative_to_the_prefix(http, hf_dir, adapter_dir):
+    r = http.post("/v1/jobs", json={"init": {"uri": hf_dir, "adapter_uri": "models/tiny-lora"},
+                                    "adapter": ADAPTER, "train": TRAIN})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["init"]["adapter_uri"] == adapter_dir
+
+
+@pytest.fixture(scope="module")
+def dora_dir(adapter_dir) -> str:
+    """The adapter under a config that says DoRA."""
+    import json
+    import shutil
+
+    source = Path(adapter_dir.removeprefix("file://"))
+    target = source.parent / "tiny-dora"
+    shutil.copytree(source, target)
+    config = json.loads((target / "adapter_config.json").read_text())
+    (target / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    return f"file://{target}"
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing", ["tiny-nothing", "has no adapter_config.json"]),
+    ("rank", ["adapter.rank is 8, the adapter at init.adapter_uri has 4"]),
+    ("dora", ["use_dora is True"]),
+    ("base", ["has no adapter_config.json"]),  # a model directory is not an adapter's
+    ("outside", ["must lie under this tenant's data prefix"]),
+    ("traversal", ["must not contain '.' or '..' path segments"]),
+])
+def test_adapter_uri_refusals_name_the_field(http, hf_dir, adapter_dir, dora_dir, case, words):
+    adapter, uri = dict(ADAPTER), adapter_dir
+    if case == "missing":
+        uri = adapter_dir.replace("tiny-lora", "tiny-nothing")
+    elif case == "rank":
+        adapter["rank"] = 8
+    elif case == "dora":
+        uri = dora_dir
+    elif case == "base":
+        uri = hf_dir
+    elif case == "outside":
+        uri = "file:///tmp"
+    else:
+        uri = "models/tiny-lora/../../../../other/data/models/tiny-lora"
+    r = http.post("/v1/jobs", json={"init": {"uri": hf_dir, "adapter_uri": uri},
+                                    "adapter": adapter, "train": TRAIN})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "init.adapter_uri", error
     for word in words:
         assert word in error["message"], error

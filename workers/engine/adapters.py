@@ -46,6 +46,7 @@ from workers.engine.errors import BaseMismatch
 from workers.engine.sharding import DTYPES
 from workers.models.lora import LoraLinear, is_adapter, lora_init
 from workers.spec import JobSpec, SpecError
+from workers.spec.adapter import AdapterSpec
 
 
 def add_adapters(model: nn.Module, job: JobSpec) -> int:
@@ -131,18 +132,21 @@ def lora_styles(plan: dict[str, Any], targets: tuple[str, ...]) -> dict[str, Any
 @dataclass
 class AdapterWeights:
     """The base's weights from `base`, then each adapter's: from `adapter_uri`
-    (a PEFT adapter directory) where given, else seeded by (`seed`, its name)."""
+    (a PEFT adapter directory, checked against the job's `adapter`) where
+    given, else seeded by (`seed`, its name)."""
 
     base: WeightSource
     seed: int
     adapter_uri: str | None = None
+    adapter: AdapterSpec | None = None
 
     def fill(self, model: nn.Module) -> None:
         self.base.fill(model)
         if self.adapter_uri is not None:
             from workers.engine.peft_format import PeftAdapterWeights
 
-            PeftAdapterWeights(self.adapter_uri).fill(model)
+            assert self.adapter is not None  # the spec allows an adapter_uri only with one
+            PeftAdapterWeights(self.adapter_uri, self.adapter).fill(model)
             return
         for name, tensor in adapter_tensors(model):
             full = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")

@@ -13,41 +13,30 @@ the model after it is built and sharded: every rank reads only its own shard.
 (workers/engine/build.py takes it from its caller): `HuggingFaceWeights` for
 `init.uri`, else seeded random. `HuggingFaceWeights.fill(model)` writes each parameter's
 local shard (`param.to_local()`), at the offsets its DTensor placements
-give, straight from the file where the dtypes agree, else converting the
-file's (bf16, fp16, fp32) to the parameter's.
+give (`workers.engine.shard_reads.read_local`, which a PEFT adapter's
+reads share), straight from the file where the dtypes agree, else
+converting the file's (bf16, fp16, fp32) to the parameter's.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from checkpoints.checkpointer import Checkpointer
 from checkpoints.safetensors_io import SafetensorsReader
 from checkpoints.stateful import ModelAndOptimizer, ModelOnly
 from workers.engine.build import SeededInit, WeightSource, named_tensors
+from workers.engine.shard_reads import read_local
 from workers.engine.train_state import TrainState
 from workers.spec import InitSpec, JobSpec, SpecError
 
 if TYPE_CHECKING:
     from checkpoints import CheckpointTarget
-
-TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                "F64": torch.float64}
-def local_box(param: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor]:
-    """(the box of the full tensor this rank holds, the local tensor holding it)."""
-    if isinstance(param, DTensor):
-        shape, offset = compute_local_shape_and_global_offset(
-            param.shape, param.device_mesh, param.placements)
-        return [(o, o + s) for o, s in zip(offset, shape, strict=True)], param.to_local()
-    return [(0, d) for d in param.shape], param
 
 
 @dataclass
@@ -72,18 +61,7 @@ class HuggingFaceWeights:
                 if tuple(info.shape) != tuple(param.shape):
                     raise SpecError("init.uri", f"init.uri: tensor {key} has shape "
                                     f"{list(info.shape)}, the model has {list(param.shape)}")
-                box, local = local_box(param)
-                if local.numel() == 0:
-                    continue
-                if TORCH_DTYPES[info.dtype] == local.dtype and local.is_contiguous() \
-                        and local.device.type == "cpu":  # straight into the shard's memory
-                    self.reader.read_box_into(key, box, _bytes_of(local))
-                    continue
-                data = self.reader.read_box(key, box)
-                with warnings.catch_warnings():  # read-only bytes: copied out at once below
-                    warnings.simplefilter("ignore", UserWarning)
-                    source = torch.frombuffer(data, dtype=TORCH_DTYPES[info.dtype])
-                local.copy_(source.view(local.shape))
+                read_local(self.reader, key, param)
 
 
 def weight_source(job: JobSpec) -> WeightSource:
@@ -99,7 +77,7 @@ def weight_source(job: JobSpec) -> WeightSource:
     from workers.engine.adapters import AdapterWeights
 
     return AdapterWeights(base, job.train.seed,
-                          None if job.init is None else job.init.adapter_uri)
+                          None if job.init is None else job.init.adapter_uri, job.adapter)
 
 
 def load_job_weights(init: InitSpec, source: CheckpointTarget, *, model: nn.Module,
@@ -136,11 +114,3 @@ def initialise(init: InitSpec, target: CheckpointTarget | None, *, model: nn.Mod
     step = load_job_weights(init, target.of_job(init.job), model=model, optimizer=optimizer,
                             train_state=train_state)
     return f"weights from job {init.job} step {step}"
-
-
-def _bytes_of(tensor: torch.Tensor) -> memoryview:
-    """A contiguous CPU tensor's memory, writable (numpy has no bf16: viewed as int16)."""
-    flat = tensor.detach()
-    if flat.dtype == torch.bfloat16:
-        flat = flat.view(torch.int16)
-    return flat.numpy().data.cast("B")

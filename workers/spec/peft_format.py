@@ -9,13 +9,26 @@ the service checks an `init.adapter_uri` at submit with it).
 
 Brigade's parameter names are Hugging Face Llama's (workers/models/llama.py)
 and its adapters' PEFT's (workers/models/lora.py), so a name maps one to one.
+
+`open_adapter(uri, adapter)` reads a directory a job continues from
+(`init.adapter_uri`; fsspec and the safetensors reader imported when
+called): its config must be the job's adapter (`adapter_config_mismatch`),
+and the service checks its tensors' shapes from the header alone
+(`adapter_weights_mismatch`) before the engine reads them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from workers.spec import ModelSpec, SpecError
 from workers.spec.adapter import AdapterSpec
+from workers.spec.hf_format import tensor_shapes
+
+if TYPE_CHECKING:
+    from checkpoints.safetensors_io import SafetensorsReader
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -87,3 +100,82 @@ def adapter_mismatch(job: AdapterSpec, file: AdapterSpec) -> str | None:
         if mine != theirs:
             return f"adapter.{what} is {mine}, the adapter at init.adapter_uri has {theirs}"
     return None
+
+
+def adapter_config_mismatch(data: bytes, job: AdapterSpec) -> str | None:
+    """Why the adapter_config.json `data` cannot continue the job's `adapter`
+    (not JSON, not plain LoRA, another rank, alpha or targets), or None."""
+    try:
+        config = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"{ADAPTER_CONFIG_FILE} is not JSON ({e})"
+    try:
+        found = adapter_of(config)
+    except NotAnAdapter as e:
+        return f"{ADAPTER_CONFIG_FILE}: {e}"
+    return adapter_mismatch(job, found)
+
+
+def adapter_tensor_shapes(model: ModelSpec, adapter: AdapterSpec) -> dict[str, tuple[int, ...]]:
+    """Every adapter tensor of a job, by its PEFT key: A (rank x in) and B
+    (out x rank) of each targeted linear layer of every block."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, shape in tensor_shapes(model).items():
+        module, _, kind = name.rpartition(".")
+        if (kind == "weight" and name.startswith("model.layers.")
+                and module.rsplit(".", 1)[-1] in adapter.targets):
+            fan_out, fan_in = shape
+            shapes[peft_key(f"{module}.lora_A.weight")] = (adapter.rank, fan_in)
+            shapes[peft_key(f"{module}.lora_B.weight")] = (fan_out, adapter.rank)
+    return shapes
+
+
+def adapter_weights_mismatch(model: ModelSpec, adapter: AdapterSpec,
+                             found: Mapping[str, Sequence[int]]) -> str | None:
+    """Why the tensors `found` in adapter_model.safetensors (key -> shape) are
+    not the job's adapters, naming the first tensor that is not; or None."""
+    expected = adapter_tensor_shapes(model, adapter)
+    for key, shape in expected.items():
+        if key not in found:
+            return f"tensor {key} is missing from {ADAPTER_WEIGHTS_FILE}"
+        if tuple(found[key]) != shape:
+            return (f"tensor {key} has shape {list(found[key])} in {ADAPTER_WEIGHTS_FILE}, "
+                    f"the job's adapter has {list(shape)}")
+    for key in sorted(found):
+        if key not in expected:
+            return f"tensor {key} of {ADAPTER_WEIGHTS_FILE} is not an adapter of the job's model"
+    return None
+
+
+def open_adapter(uri: str, adapter: AdapterSpec,
+                 storage_options: Mapping[str, Any] | None = None) -> SafetensorsReader:
+    """The PEFT adapter directory at `uri` (`init.adapter_uri`), its
+    adapter_config.json checked against the job's `adapter`: a reader of its
+    adapter_model.safetensors (headers read, no tensor yet). A `SpecError`
+    at init.adapter_uri says what does not fit. The service calls it at
+    submit, the engine as it fills the adapters."""
+    from fsspec.core import url_to_fs
+
+    from checkpoints.safetensors_io import SafetensorsError, SafetensorsReader
+
+    options = dict(storage_options or {})
+    try:
+        fs, path = url_to_fs(uri, **options)
+        config = fs.cat_file(f"{path.rstrip('/')}/{ADAPTER_CONFIG_FILE}")
+    except FileNotFoundError:
+        raise _refused(f"{uri} has no {ADAPTER_CONFIG_FILE}: not a PEFT adapter directory"
+                       ) from None
+    except OSError as e:
+        raise _refused(f"{uri}: {ADAPTER_CONFIG_FILE} cannot be read ({e})") from None
+    if (why := adapter_config_mismatch(config, adapter)) is not None:
+        raise _refused(why)
+    try:
+        return SafetensorsReader(uri, options, file=ADAPTER_WEIGHTS_FILE)
+    except FileNotFoundError:
+        raise _refused(f"{uri} has no {ADAPTER_WEIGHTS_FILE}") from None
+    except (SafetensorsError, OSError) as e:
+        raise _refused(str(e)) from None
+
+
+def _refused(why: str) -> SpecError:
+    return SpecError("init.adapter_uri", f"init.adapter_uri: {why}")
