@@ -73,9 +73,10 @@ def add_adapters(model: nn.Module, job: JobSpec) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if is_adapter(name))
 
 
-def freeze_base(model: nn.Module, dtype: torch.dtype) -> None:
-    """Every parameter but the adapters' frozen and converted to `dtype` (a
-    tied parameter stays one parameter)."""
+def freeze_base(model: nn.Module, dtype: torch.dtype | None = None) -> None:
+    """Every parameter but the adapters' frozen, and converted to `dtype` if
+    given (a tied parameter stays one parameter). Called again after tensor
+    parallelism, whose styles make new parameters."""
     trainable = {id(p) for name, p in model.named_parameters() if is_adapter(name)}
     frozen: dict[int, nn.Parameter] = {}
     for module in model.modules():
@@ -83,7 +84,8 @@ def freeze_base(model: nn.Module, dtype: torch.dtype) -> None:
             if param is None or id(param) in trainable:
                 continue
             if id(param) not in frozen:
-                frozen[id(param)] = nn.Parameter(param.detach().to(dtype), requires_grad=False)
+                value = param.detach() if dtype is None else param.detach().to(dtype)
+                frozen[id(param)] = nn.Parameter(value, requires_grad=False)
             module._parameters[name] = frozen[id(param)]
 
 
@@ -99,7 +101,11 @@ def _distribute(module: nn.Module, name: str, placement: Any, mesh: Any, src: in
 class LoraColwise(ColwiseParallel):
     """ColwiseParallel for a `LoraLinear`: weight and bias by rows, B by rows, A whole."""
 
+    # `distribute_module` calls this for the layer and then for each of its
+    # children: A and B are placed with their layer, so a child is left alone.
     def _partition_linear_fn(self, name: Any, module: nn.Module, device_mesh: Any) -> None:
+        if not isinstance(module, LoraLinear):
+            return
         src = self.src_data_rank
         _distribute(module, "weight", Shard(0), device_mesh, src)
         _distribute(module, "bias", Shard(0), device_mesh, src)
@@ -111,6 +117,8 @@ class LoraRowwise(RowwiseParallel):
     """RowwiseParallel for a `LoraLinear`: weight by columns (bias whole), A by columns, B whole."""
 
     def _partition_linear_fn(self, name: Any, module: nn.Module, device_mesh: Any) -> None:
+        if not isinstance(module, LoraLinear):  # a child: placed with its layer
+            return
         super()._partition_linear_fn(name, module, device_mesh)
         _distribute(module.lora_A, "weight", Shard(1), device_mesh, self.src_data_rank)
         _distribute(module.lora_B, "weight", Replicate(), device_mesh, self.src_data_rank)

@@ -118,6 +118,10 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
 
         styles = lora_styles(styles, targets)
     parallelize_module(model, tp_mesh, styles)
+    if targets:  # a style that re-registers a parameter (SequenceParallel's norms) unfreezes it
+        from workers.engine.adapters import freeze_base
+
+        freeze_base(model)
     if getattr(model, "tied", False):
         head: Any = model.head  # the engine's view of a decoder (workers/models)
         head.weight = cast(nn.Module, model.embedding).weight
