@@ -13,7 +13,7 @@ merged into its base as a plain Hugging Face model.
 A merged export reads the base it merges into, and refuses one whose tensors
 are not those the adapters were trained on: each base tensor's sha256 is
 checked against the base identity the checkpoint's manifest holds
-(workers/engine/adapters.py `base_identity`) as it is read.
+(workers/engine/base_identity.py) as it is read.
 
 Importing this module does not import torch; its functions do.
 """

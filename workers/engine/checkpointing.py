@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -23,7 +24,7 @@ from checkpoints import CheckpointTarget
 from checkpoints.checkpointer import Checkpointer, LoadResult
 from checkpoints.errors import CheckpointError
 from checkpoints.stateful import ModelAndOptimizer
-from workers.engine.adapters import check_base
+from workers.engine.base_identity import check_base
 from workers.engine.train_state import TrainState
 from workers.spec import JobSpec
 
@@ -34,7 +35,7 @@ def run_info(spec: JobSpec, mesh_shape: Sequence[int], base: dict | None = None)
     """What the run looks like, recorded beside its state for the listing
     (the world size is the mesh's size: (replicate,) shard (, tp)); an
     adapter job's `base` identity too (workers/engine/adapters.py)."""
-    info = {
+    info: dict[str, Any] = {
         "world_size": math.prod(mesh_shape),
         "sharding": spec.sharding.strategy,
         "mesh": list(mesh_shape),

@@ -30,10 +30,18 @@ from torch import nn
 from checkpoints.checkpointer import Checkpointer
 from checkpoints.safetensors_io import SafetensorsReader
 from checkpoints.stateful import ModelAndOptimizer, ModelOnly
-from workers.engine.build import SeededInit, WeightSource, named_tensors
+from workers.engine.build import (
+    SeededInit,
+    WeightSource,
+    adapter_tensors,
+    copy_full,
+    named_tensors,
+    seed_of,
+)
 from workers.engine.shard_reads import read_local
 from workers.engine.train_state import TrainState
-from workers.spec import InitSpec, JobSpec, SpecError
+from workers.models.lora import lora_init
+from workers.spec import AdapterSpec, InitSpec, JobSpec, SpecError
 
 if TYPE_CHECKING:
     from checkpoints import CheckpointTarget
@@ -74,8 +82,6 @@ def weight_source(job: JobSpec) -> WeightSource:
         base = HuggingFaceWeights(job.init.uri)
     if job.adapter is None:
         return base
-    from workers.engine.adapters import AdapterWeights
-
     return AdapterWeights(base, job.train.seed,
                           None if job.init is None else job.init.adapter_uri, job.adapter)
 
@@ -114,3 +120,28 @@ def initialise(init: InitSpec, target: CheckpointTarget | None, *, model: nn.Mod
     step = load_job_weights(init, target.of_job(init.job), model=model, optimizer=optimizer,
                             train_state=train_state)
     return f"weights from job {init.job} step {step}"
+
+
+@dataclass
+class AdapterWeights:
+    """The base's weights from `base`, then each adapter's: from `adapter_uri`
+    (a PEFT adapter directory, checked against the job's `adapter`) where
+    given, else seeded by (`seed`, its name)."""
+
+    base: WeightSource
+    seed: int
+    adapter_uri: str | None = None
+    adapter: AdapterSpec | None = None
+
+    def fill(self, model: nn.Module) -> None:
+        self.base.fill(model)
+        if self.adapter_uri is not None:
+            from workers.engine.peft_format import PeftAdapterWeights
+
+            assert self.adapter is not None  # the spec allows an adapter_uri only with one
+            PeftAdapterWeights(self.adapter_uri, self.adapter).fill(model)
+            return
+        for name, tensor in adapter_tensors(model):
+            full = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+            lora_init(name, full, torch.Generator().manual_seed(seed_of(self.seed, name)))
+            copy_full(tensor, full)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from checkpoints import CheckpointTarget
-from workers.engine.adapters import base_identity
+from workers.engine.base_identity import base_identity
 from workers.engine.build import build_sharded
 from workers.engine.checkpointing import TrainerCheckpoints
 from workers.engine.comm import CommCounter, comm_theory_bytes

@@ -60,7 +60,8 @@ from workers.spec.training import (
 )
 
 __all__ = [
-    "AdapterSpec", "BYTE_VOCAB", "CONFIG_URI_FIELDS", "CURVE_SECTIONS", "DEFAULT_MAX_RESTARTS", "JOB_ID_PATTERN",
+    "AdapterSpec", "BYTE_VOCAB", "CONFIG_URI_FIELDS", "CURVE_SECTIONS", "DEFAULT_MAX_RESTARTS",
+    "JOB_ID_PATTERN",
     "LLAMA_FIELDS", "MAX_PREPARE_FILES", "MAX_PRIORITY", "MAX_WORKERS", "NAME_PATTERN",
     "OPERATOR_ONLY", "TOKEN_DATA_FIELDS", "TOKEN_SOURCES", "URI_SOURCES", "CheckpointSpec",
     "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "MixMember", "ModelSpec",

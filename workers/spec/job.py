@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from workers.spec.adapter import AdapterSpec
 from workers.spec.base import (
     BYTE_VOCAB,
     DEFAULT_MAX_RESTARTS,
@@ -22,7 +23,6 @@ from workers.spec.base import (
     _Section,
     refusal,
 )
-from workers.spec.adapter import AdapterSpec
 from workers.spec.data import TOKEN_DATA_FIELDS, TOKEN_SOURCES, DataSpec, EvalSpec, PrepareSpec
 from workers.spec.families import model_family
 from workers.spec.model import LLAMA_FIELDS, ModelSpec, config_in
