@@ -232,10 +232,12 @@ class BrigadeClient:
 
     # Exports (Hugging Face-format models of committed checkpoints)
 
-    def export(self, job_id: str, step: int | None = None, dtype: str = "float32") -> ExportStartedPublic:
-        """Ask for an export of `step` (None: the latest committed); it is written in the background."""
+    def export(self, job_id: str, step: int | None = None, dtype: str = "float32",
+               kind: str | None = None) -> ExportStartedPublic:
+        """Ask for an export of `step` (None: the latest committed); it is written in the
+        background. `kind`: "model", "adapter" or "merged" (None: the job's own)."""
         return self._call(ExportStartedPublic, "POST", f"/v1/jobs/{job_id}/exports",
-                          json=_given(step=step, dtype=dtype))
+                          json=_given(step=step, dtype=dtype, kind=kind))
 
     def exports(self, job_id: str) -> list[ExportPublic]:
         """The job's committed exports, oldest step first."""

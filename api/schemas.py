@@ -158,11 +158,15 @@ class CheckpointPublic(_Public):
 
 
 class ExportCreate(BaseModel):
-    """`POST /v1/jobs/{id}/exports`: a committed step (unset: the latest) in a dtype."""
+    """`POST /v1/jobs/{id}/exports`: a committed step (unset: the latest) in a dtype, as a
+    `kind` of export: "model" (a job that trains every weight), "adapter" (a PEFT adapter
+    directory) or "merged" (the base with the adapters merged in); unset: "adapter" for a
+    job with an `adapter` section, else "model"."""
 
     model_config = ConfigDict(extra="forbid")
     step: Annotated[int, Field(ge=0, le=999_999_999)] | None = None
     dtype: Literal["bfloat16", "float32"] = "float32"
+    kind: Literal["model", "adapter", "merged"] | None = None
 
 
 class ExportFile(_Public):
@@ -176,6 +180,7 @@ class ExportPublic(_Public):
     id: str
     step: int
     dtype: str
+    kind: str  # "model", "adapter" (PEFT's files) or "merged"
     bytes: int
     files: dict[str, ExportFile]
     created_at: datetime | None = None
@@ -186,6 +191,7 @@ class ExportStartedPublic(_Public):
     id: str
     step: int
     dtype: str
+    kind: str
     state: str  # "writing", or "committed" (it was there already)
 
 

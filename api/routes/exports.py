@@ -30,18 +30,21 @@ def create_export(
     body: Annotated[ExportCreate | None, Body()] = None,
 ) -> ExportStartedPublic:
     """Write a Hugging Face-format model of a committed step (default: the
-    latest) in `dtype`: 202 at once; it is listed once committed. A model
-    family with no Hugging Face architecture is a 422; a step with no
+    latest) in `dtype`: 202 at once; it is listed once committed. `kind`:
+    "model" for a job that trains every weight; "adapter" (PEFT's adapter
+    directory, the default) or "merged" (the base with the adapters merged in)
+    for a job with an `adapter` section. A kind the job cannot make, or a model
+    family with no Hugging Face architecture, is a 422; a step with no
     committed checkpoint a 409."""
     asked = body or ExportCreate()
     by = "the admin" if tenant == ADMIN_TENANT else "the user"
     try:
-        started = supervisor.exports.start(job, asked.step, asked.dtype, by=by)
+        started = supervisor.exports.start(job, asked.step, asked.dtype, asked.kind, by=by)
     except ExportRefused as e:
         raise ApiError(e.status, str(e), e.field) from None
     public = ExportStartedPublic.model_validate(started)
     audit("job.export", target=job.id, tenant=job.tenant, export=public.id, step=public.step,
-          dtype=public.dtype)
+          dtype=public.dtype, kind=public.kind)
     return public
 
 

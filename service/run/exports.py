@@ -5,6 +5,13 @@ by one Ray task (`service.run.ray_cluster.run_export`, running
 `workers.engine.export.export_checkpoint`: no torch here) on a thread of its own,
 and committed by its manifest (`checkpoints.exports`).
 
+An export has a kind. A job that trains every weight exports a "model"; a
+job with an `adapter` section (LoRA) holds only its adapters in its
+checkpoints, so it exports an "adapter" (PEFT's directory, loaded onto the
+base it was trained on) or a "merged" model (the base, read again from the
+job's `init.uri`, with the adapters folded in). The kind is checked first,
+before any storage is read: it depends on the job's spec alone.
+
 Only committed exports are listed. A torn one (its writer killed, its
 control plane gone midway) is removed when the job's exports are next
 listed, unless this control plane is still writing it. A file is verified
@@ -24,7 +31,7 @@ from checkpoints.errors import CheckpointInvalid, TornCheckpoint
 from checkpoints.exports import ExportInfo, export_id
 from service.observability.log_text import printable
 from service.states import JobState
-from workers.engine.export import export_request
+from workers.engine.export import export_problem, export_request
 from workers.spec.hf_format import NoHuggingFaceArchitecture, hf_config
 
 if TYPE_CHECKING:
@@ -32,6 +39,11 @@ if TYPE_CHECKING:
     from service.store import JobRecord, JobStore
 
 logger = logging.getLogger(__name__)
+
+
+def default_kind(job: JobRecord) -> str:
+    """The export a job makes unless asked for another: its adapter if it trains one."""
+    return "adapter" if job.spec.adapter is not None else "model"
 
 
 class ExportRefused(Exception):
@@ -47,6 +59,7 @@ class ExportStarted:
     id: str
     step: int
     dtype: str
+    kind: str
     state: str  # "writing" (started now or already), or "committed" (there already)
 
 
@@ -61,9 +74,13 @@ class ExportService:
         self._writing: dict[tuple[str, str], threading.Thread] = {}
         self._lock = threading.Lock()
 
-    def start(self, job: JobRecord, step: int | None, dtype: str, *, by: str) -> ExportStarted:
-        """Start writing the export of `job`'s committed `step` (None: its
-        latest) in `dtype`, unless it is there or being written."""
+    def start(self, job: JobRecord, step: int | None, dtype: str, kind: str | None = None, *,
+              by: str) -> ExportStarted:
+        """Start writing the `kind` (None: the job's own, `default_kind`) of export of
+        `job`'s committed `step` (None: its latest) in `dtype`, unless it is there or
+        being written."""
+        kind = kind or default_kind(job)
+        self._check_kind(job, kind)
         try:
             hf_config(job.spec.model, dtype)
         except NoHuggingFaceArchitecture as e:
@@ -78,21 +95,39 @@ class ExportService:
         elif step not in committed:
             raise ExportRefused(409, f"step: job {job.id} has no committed checkpoint at step "
                                      f"{step} (committed: {committed[-5:]})", "step")
-        ident = export_id(step, dtype)
+        ident = export_id(step, dtype, kind)
         exports = target.open_exports()
         with self._lock:
             if (job.id, ident) in self._writing:
-                return ExportStarted(ident, step, dtype, "writing")
+                return ExportStarted(ident, step, dtype, kind, "writing")
             if ident in {e.id for e in exports.list_committed()}:
-                return ExportStarted(ident, step, dtype, "committed")
-            thread = threading.Thread(target=self._write, args=(job, ident, step, dtype, by),
+                return ExportStarted(ident, step, dtype, kind, "committed")
+            thread = threading.Thread(target=self._write,
+                                      args=(job, ident, step, dtype, kind, by),
                                       name=f"export-{job.id}-{ident}", daemon=True)
             self._writing[(job.id, ident)] = thread
         thread.start()
-        return ExportStarted(ident, step, dtype, "writing")
+        return ExportStarted(ident, step, dtype, kind, "writing")
+
+    def _check_kind(self, job: JobRecord, kind: str) -> None:
+        """Refuse a kind the job's checkpoints cannot make (a 422 at `kind`)."""
+        if job.spec.adapter is None:
+            if kind != "model":
+                raise ExportRefused(422, f"kind: job {job.id} trains every weight: export kind "
+                                         f"'model', not {kind!r}", "kind")
+            return
+        if kind == "model":
+            raise ExportRefused(422, f"kind: job {job.id} trains a LoRA adapter: its "
+                                     "checkpoints hold only the adapters: use 'adapter' or "
+                                     "'merged'", "kind")
+        problem = export_problem(kind, job.spec.adapter.model_dump(mode="json"),
+                                 self._base_uri(job))
+        if problem is not None:
+            raise ExportRefused(422, f"kind: {problem}", "kind")
 
     def after_run(self, job: JobRecord) -> None:
-        """A job whose runner ended: export its final checkpoint if it succeeded."""
+        """A job whose runner ended: export its final checkpoint if it succeeded (an
+        adapter job: its adapter, the smallest export and the one it trained)."""
         dtype = self.settings.export_on_success
         if not dtype or job.state is not JobState.SUCCEEDED:
             return
@@ -144,12 +179,16 @@ class ExportService:
             job = parent
         return None
 
-    def _write(self, job: JobRecord, ident: str, step: int, dtype: str, by: str) -> None:
+    def _write(self, job: JobRecord, ident: str, step: int, dtype: str, kind: str,
+               by: str) -> None:
+        adapter = job.spec.adapter.model_dump(mode="json") if job.spec.adapter else None
         request = export_request(self._target_of(job), job.spec.model, step, dtype,
-                                 self.settings.export_max_shard_bytes, self._base_uri(job))
+                                 self.settings.export_max_shard_bytes, self._base_uri(job),
+                                 kind=kind, adapter=adapter)
         error = None
         try:
-            self.store.append_log(job.id, [f"export {ident} ({dtype}, step {step}) started by {by}"])
+            self.store.append_log(job.id, [
+                f"export {ident} ({kind}, {dtype}, step {step}) started by {by}"])
             done = self._run(request, self.settings.export_timeout_s)
             self.store.append_log(job.id, [
                 f"export {ident} committed: {done['bytes']} bytes in {done['seconds']:.1f} s"])
