@@ -77,3 +77,27 @@ def test_the_optimizer_sets_the_state_per_param(train, per_param):
     recipe = "" if not train else f" ({train['optimizer']})"
     assert f"sharded state{recipe} {per_param} B x {size.num_params:,} params / 2 = " \
         in decision.reason
+
+
+@pytest.mark.parametrize("param_dtype, base_bytes", [("float32", 4), ("bfloat16", 2)])
+def test_an_adapter_job_counts_its_frozen_base_at_its_dtype_and_its_adapters_at_16_bytes(
+        param_dtype, base_bytes):
+    from workers.spec.adapter import adapter_params
+
+    llama = {"family": "llama", "n_layers": 4, "d_model": 256, "n_heads": 4, "vocab_size": 1024}
+    spec = JobSpec.model_validate({"model": llama, "train": {"steps": 1},
+                                   "sharding": {"param_dtype": param_dtype},
+                                   "adapter": {"rank": 8}})
+    full = model_size(spec.model_copy(update={"adapter": None}))
+    size, params = model_size(spec), spec.model.num_params()
+    adapters = adapter_params(spec.model, spec.adapter)
+    # the seven targets of 4 blocks at rank 8: 8 x (in + out) each
+    assert adapters == 4 * 8 * (4 * (256 + 256) + 3 * (256 + 1024))
+    for shard in (1, 2, 4):
+        expected = (base_bytes * params + 16 * adapters) / shard
+        assert size.per_rank_bytes(shard)[0] == pytest.approx(expected)
+        assert size.per_rank_bytes(shard)[0] < full.per_rank_bytes(shard)[0] / 3
+    # a worker the full fine-tune does not fit, the adapter job does
+    worker = 1.2 * size.per_rank_bytes(1)[0] + size.per_rank_bytes(1)[1]
+    assert POLICY.check(size, [(1, 1)], worker).fits
+    assert not POLICY.check(full, [(1, 1)], worker).fits
