@@ -10,6 +10,7 @@ TITLES = {
     "tensor_parallel": "Tensor parallelism: TP bytes per step vs the formula, tp 1 vs tp 2",
     "memory": "Memory: per-rank state vs 16 B/param / N",
     "optimizers": "Optimizers: state per rank vs the memory theory, step time",
+    "lora": "LoRA adapters: per-rank state vs the memory theory and a full fine-tune",
     "compile": "Compile: steps/s compiled vs eager, compile time at start-up",
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
     "hf_io": "Hugging Face weights: import and export vs raw I/O",

@@ -121,8 +121,9 @@ def one_off_growth(spec) -> int:
     from workers.engine.trainer import Trainer
 
     before = rss_bytes()
-    tiny = spec.model_copy(update={"model": spec.model.model_copy(
-        update={"n_layers": 1, "d_model": 16, "n_heads": 2})})
+    # n_kv_heads and ffn_dim unset: a Llama's follow the tiny width (a GPT reads neither)
+    tiny = spec.model_copy(update={"model": spec.model.model_copy(update={
+        "n_layers": 1, "d_model": 16, "n_heads": 2, "n_kv_heads": None, "ffn_dim": None})})
     trainer = Trainer(tiny)
     trainer.train_step(), trainer.train_step()
     trainer.batches.close()

@@ -91,11 +91,19 @@ def peak_theory(job: JobSpec, shard_degree: int, activation_bytes: int) -> Memor
 
 def saved_activation_bytes(job: JobSpec, batch_size: int) -> int:
     """Bytes autograd saves for backward in the forward (and the loss) of the
-    job's model, whole on this CPU, on `batch_size` sequences of random token
-    ids: each saved tensor's storage counted once, the parameters' not at all."""
+    job's model (with its adapters, if any; in `sharding.param_dtype`), whole
+    on this CPU, on `batch_size` sequences of random token ids: each saved
+    tensor's storage counted once, the parameters' not at all."""
+    from workers.engine.sharding import DTYPES
     from workers.models import build_model
 
     model = build_model(job.model)
+    if job.adapter is not None:  # a frozen base saves less; the adapters save their inputs
+        from workers.engine.adapters import add_adapters
+
+        add_adapters(model, job)
+    # FSDP's MixedPrecisionPolicy computes in param_dtype: so are the saved tensors
+    model.to(DTYPES[job.sharding.param_dtype])
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}
 

@@ -4,7 +4,9 @@ so that ranks spawned by `tests.checkpoints.ckpt_harness.run_ranks` import them)
 `state_bytes`: one real training step of the engine's Trainer, and the bytes
 this rank holds of its parameters, gradients and optimizer state at the
 moment all of them exist (right after `optimizer.step()`, before the step's
-`zero_grad` frees the gradients).
+`zero_grad` frees the gradients). With an adapter, the frozen base's
+parameters too (not the optimizer's: counted from the model, each at its
+dtype) and whether any of them has a gradient or optimizer state.
 
 `build_allocations`: the engine's sharded build (`build_sharded`, the real
 layout and `parallelize`, the default seeded weights) under a dispatch mode
@@ -35,11 +37,12 @@ def local_bytes(tensor: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def state_bytes(rank: int, world_size: int, out: str, train: dict | None = None) -> None:
+def state_bytes(rank: int, world_size: int, out: str, train: dict | None = None,
+                sections: dict | None = None) -> None:
     from workers.engine.metrics import mem_theory_bytes
     from workers.engine.trainer import Trainer
 
-    job = engine_job(steps=2, workers=world_size, train=train or {})
+    job = engine_job(steps=2, workers=world_size, train=train or {}, **(sections or {}))
     trainer = Trainer(job)
     held: dict = {}
 
@@ -57,6 +60,16 @@ def state_bytes(rank: int, world_size: int, out: str, train: dict | None = None)
             param_storage=sum(local(p).untyped_storage().nbytes() for p in params),
             dtypes=sorted({str(local(p).dtype) for p in params}),
             all_dtensors=all(isinstance(p, DTensor) for p in params),
+        )
+        optimized = {id(p) for p in params}
+        frozen = [p for p in trainer.model.parameters() if id(p) not in optimized]
+        held.update(
+            frozen=sum(local_bytes(p) for p in frozen),
+            frozen_count=len(frozen),
+            frozen_dtypes=sorted({str(local(p).dtype) for p in frozen}),
+            frozen_trainable=sum(p.requires_grad for p in frozen),
+            frozen_with_grad=sum(p.grad is not None for p in frozen),
+            frozen_with_state=sum(bool(optimizer.state.get(p)) for p in frozen),
         )
 
     trainer.optimizer.register_step_post_hook(count)
