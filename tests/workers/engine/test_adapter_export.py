@@ -125,3 +125,27 @@ def test_an_export_its_job_cannot_make_is_refused_up_front():
     assert "trains every weight" in export_problem("adapter", None, None)
     assert "kind is one of" in export_problem("lora", adapter, None)
     assert export_problem("model", None, None) is None
+
+
+def test_a_resume_on_other_base_weights_is_refused_naming_a_tensor(trained, tmp_path):
+    """The checkpoint's manifest holds the base's tensor digests: the same job
+    resumed after its init.uri directory was rewritten with other weights fails
+    with `BaseMismatch`, a permanent error, before it trains a step."""
+    from workers.cluster.errors import is_permanent
+    from workers.engine.errors import BaseMismatch
+    from workers.engine.trainer import Trainer
+
+    storage = tmp_path / "storage"
+    shutil.copytree(trained.root / "storage", storage)
+    other = tmp_path / "hf"
+    hf_llama(other, seed=2)  # the same shapes and config, other weights
+    spec = trained.spec.model_copy(update={"init": trained.spec.init.model_copy(
+        update={"uri": f"file://{other}"})})
+    target = CheckpointTarget(root=f"file://{storage}", tenant="acme", job="lora", secret=SECRET)
+    init_single_process(timeout_s=60)
+    try:
+        with pytest.raises(BaseMismatch, match=r"other base weights: tensor \S+ differs") as e:
+            Trainer(spec, target)
+    finally:
+        destroy_process_group()
+    assert is_permanent(f"{type(e.value).__name__}: {e.value}")
