@@ -146,7 +146,8 @@ def test_fine_tune_from_hugging_face_weights_export_and_load_back(server, tmp_pa
     refused(other.get(f"/v1/jobs/{job['id']}/exports"), 404, None)
     fork = server.submit({**forked, "train": {**spec["train"], "steps": 1}})
     assert fork["spec"]["init"] == {"uri": None, "job": job["id"], "step": 20,
-                                    "resume_optimizer": False, "resume_data": False}
+                                    "resume_optimizer": False, "resume_data": False,
+                                    "adapter_uri": None}
     server.http.post(f"/v1/jobs/{fork['id']}/cancel")
     gpt = server.submit({"name": "gpt", "model": {"n_layers": 1, "d_model": 32, "n_heads": 2},
                          "train": {"steps": 1}})
