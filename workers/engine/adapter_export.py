@@ -31,32 +31,19 @@ from workers.engine.export_plan import SAFETENSORS_DTYPE, CheckpointTensors, Exp
 from workers.spec import ModelSpec
 from workers.spec.adapter import AdapterSpec
 from workers.spec.hf_format import tensor_shapes
-from workers.spec.peft_format import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, peft_config, peft_key
-
-
-def targeted_weights(model: ModelSpec, adapter: AdapterSpec) -> dict[str, tuple[int, ...]]:
-    """Each weight an adapter trains beside, by its Hugging Face name (a block's
-    linear layer named in `adapter.targets`), and its (out, in) shape."""
-    targets = set(adapter.targets)
-    return {name: shape for name, shape in tensor_shapes(model).items()
-            if name.startswith("model.layers.") and name.endswith(".weight")
-            and name.split(".")[-2] in targets}
-
-
-def adapter_shapes(model: ModelSpec, adapter: AdapterSpec) -> dict[str, tuple[int, ...]]:
-    """Every adapter tensor of the model: A (rank x in) and B (out x rank) of each
-    targeted weight, by parameter name (workers/models/lora.py's)."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name, (fan_out, fan_in) in targeted_weights(model, adapter).items():
-        module = name.removesuffix(".weight")
-        shapes[f"{module}.lora_A.weight"] = (adapter.rank, fan_in)
-        shapes[f"{module}.lora_B.weight"] = (fan_out, adapter.rank)
-    return shapes
+from workers.spec.peft_format import (
+    ADAPTER_CONFIG_FILE,
+    ADAPTER_WEIGHTS_FILE,
+    adapter_tensor_shapes,
+    peft_config,
+    peft_key,
+    targeted_weights,
+)
 
 
 def _checked_adapters(checkpoint: CheckpointTensors, model: ModelSpec,
                       adapter: AdapterSpec) -> dict[str, tuple[int, ...]]:
-    shapes = adapter_shapes(model, adapter)
+    shapes = adapter_tensor_shapes(model, adapter)
     for name, shape in shapes.items():
         checkpoint.check(name, shape)
     return shapes

@@ -45,7 +45,7 @@ class AdapterSpec(_Section):
         return self.alpha / self.rank
 
 
-def adapter_shapes(model: Any, adapter: AdapterSpec) -> dict[str, tuple[int, int]]:
+def target_features(model: Any, adapter: AdapterSpec) -> dict[str, tuple[int, int]]:
     """(in, out) features of each targeted module of one block (the spec has
     checked that the family has every target)."""
     modules = model.family_spec.adapter_targets(model)
@@ -59,7 +59,7 @@ def adapter_params(model: Any, adapter: AdapterSpec, tp: int = 1) -> int:
     other factor is whole on every rank of the group."""
     rows = set(model.family_spec.row_parallel)
     total = 0
-    for name, (fan_in, fan_out) in adapter_shapes(model, adapter).items():
+    for name, (fan_in, fan_out) in target_features(model, adapter).items():
         if name in rows:
             total += adapter.rank * (fan_in // tp + fan_out)
         else:

@@ -116,17 +116,23 @@ def adapter_config_mismatch(data: bytes, job: AdapterSpec) -> str | None:
     return adapter_mismatch(job, found)
 
 
+def targeted_weights(model: ModelSpec, adapter: AdapterSpec) -> dict[str, tuple[int, ...]]:
+    """Each weight an adapter trains beside, by its Hugging Face name (a block's
+    linear layer named in `adapter.targets`), and its (out, in) shape."""
+    return {name: shape for name, shape in tensor_shapes(model).items()
+            if name.startswith("model.layers.") and name.endswith(".weight")
+            and name.split(".")[-2] in adapter.targets}
+
+
 def adapter_tensor_shapes(model: ModelSpec, adapter: AdapterSpec) -> dict[str, tuple[int, ...]]:
-    """Every adapter tensor of a job, by its PEFT key: A (rank x in) and B
-    (out x rank) of each targeted linear layer of every block."""
+    """Every adapter tensor of a job, by parameter name (workers/models/lora.py's;
+    `peft_key` gives its key in a PEFT file): A (rank x in) and B (out x rank)
+    of each targeted linear layer of every block."""
     shapes: dict[str, tuple[int, ...]] = {}
-    for name, shape in tensor_shapes(model).items():
-        module, _, kind = name.rpartition(".")
-        if (kind == "weight" and name.startswith("model.layers.")
-                and module.rsplit(".", 1)[-1] in adapter.targets):
-            fan_out, fan_in = shape
-            shapes[peft_key(f"{module}.lora_A.weight")] = (adapter.rank, fan_in)
-            shapes[peft_key(f"{module}.lora_B.weight")] = (fan_out, adapter.rank)
+    for name, (fan_out, fan_in) in targeted_weights(model, adapter).items():
+        module = name.removesuffix(".weight")
+        shapes[f"{module}.lora_A.weight"] = (adapter.rank, fan_in)
+        shapes[f"{module}.lora_B.weight"] = (fan_out, adapter.rank)
     return shapes
 
 
@@ -134,7 +140,7 @@ def adapter_weights_mismatch(model: ModelSpec, adapter: AdapterSpec,
                              found: Mapping[str, Sequence[int]]) -> str | None:
     """Why the tensors `found` in adapter_model.safetensors (key -> shape) are
     not the job's adapters, naming the first tensor that is not; or None."""
-    expected = adapter_tensor_shapes(model, adapter)
+    expected = {peft_key(name): shape for name, shape in adapter_tensor_shapes(model, adapter).items()}
     for key, shape in expected.items():
         if key not in found:
             return f"tensor {key} is missing from {ADAPTER_WEIGHTS_FILE}"

@@ -11,6 +11,7 @@ from workers.spec.adapter import AdapterSpec
 from workers.spec.peft_format import (
     adapter_config_mismatch,
     adapter_tensor_shapes,
+    peft_key,
     adapter_weights_mismatch,
     peft_config,
 )
@@ -23,7 +24,7 @@ Q_A = "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"
 
 
 def test_the_adapter_tensors_are_a_and_b_of_every_target_in_every_block():
-    shapes = adapter_tensor_shapes(MODEL, ADAPTER)
+    shapes = {peft_key(n): s for n, s in adapter_tensor_shapes(MODEL, ADAPTER).items()}
     assert len(shapes) == 2 * 3 * 2
     assert shapes[Q_A] == (4, 64)
     assert shapes["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"] == (32, 4)
@@ -31,7 +32,7 @@ def test_the_adapter_tensors_are_a_and_b_of_every_target_in_every_block():
 
 
 def test_weights_that_are_not_the_adapters_are_named():
-    shapes = adapter_tensor_shapes(MODEL, ADAPTER)
+    shapes = {peft_key(n): s for n, s in adapter_tensor_shapes(MODEL, ADAPTER).items()}
     assert adapter_weights_mismatch(MODEL, ADAPTER, shapes) is None
     missing = {k: v for k, v in shapes.items() if k != Q_A}
     assert f"tensor {Q_A} is missing" in (adapter_weights_mismatch(MODEL, ADAPTER, missing) or "")
