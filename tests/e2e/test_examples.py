@@ -15,6 +15,7 @@ README's quick start: tests/e2e/test_readme_quickstart.py.)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -143,6 +144,44 @@ def test_finetune_hf(server, tmp_path):
     assert "uploaded tiny-llama/model.safetensors" in ran.stdout
     generated = ran.stdout[ran.stdout.rindex("\ndef ") + 1:]
     assert len(generated.encode()) > len("def ") + 10, ran.stdout
+
+
+# -- docs/examples/lora-hf.yaml ---------------------------------------------------------------
+
+def test_lora_hf(server, tmp_path):
+    import peft
+    import transformers
+
+    ran = run_as_written(EXAMPLES / "lora-hf.yaml", server, tmp_path)
+    [job] = [j for j in server.get("/v1/jobs")["items"] if j["name"] == "lora-hf"]
+    spec, steps = job["spec"], job["spec"]["train"]["steps"]
+    assert job["state"] == "SUCCEEDED"
+    assert (spec["adapter"]["rank"], spec["adapter"]["alpha"]) == (8, 16)
+    # Exported on success as its own kind (the adapter), and merged when asked.
+    exports = {e["kind"]: e for e in server.get(f"/v1/jobs/{job['id']}/exports")}
+    assert set(exports) == {"adapter", "merged"}
+    assert exports["adapter"]["id"] == f"step-{steps:09d}-float32-adapter"
+    assert set(exports["adapter"]["files"]) == {"adapter_config.json",
+                                                "adapter_model.safetensors"}
+
+    # The adapter directory is PEFT's: its config, and it loads onto the transformers base
+    # with Brigade's logits; the merged model has them too, and both moved from the base.
+    lora, merged = tmp_path / "tiny-llama-lora", tmp_path / "tiny-llama-merged"
+    config = json.loads((lora / "adapter_config.json").read_text())
+    assert (config["peft_type"], config["r"], config["lora_alpha"]) == ("LORA", 8, 16)
+    assert set(config["target_modules"]) == set(spec["adapter"]["targets"])
+    base = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "tiny-llama")).eval()
+    tokens = torch.tensor([list(b"def main():\n    return 0\n")])
+    with torch.no_grad():
+        before = base(tokens).logits
+        adapted = peft.PeftModel.from_pretrained(base, str(lora)).eval()
+        theirs = adapted(tokens).logits
+        folded = transformers.LlamaForCausalLM.from_pretrained(str(merged)).eval()(tokens).logits
+    assert (theirs - engine_logits(server, job, tokens)).abs().max() <= 1e-5
+    assert (folded - theirs).abs().max() <= 1e-5
+    assert (theirs - before).abs().max() > 1e-2
+    assert "tokenizer.json" in exports["merged"]["files"]  # the base's, for a pipeline
+    assert "tiny-llama-lora" in ran.stderr and "tiny-llama-merged" in ran.stderr
 
 
 # -- docs/examples/mixture.yaml ---------------------------------------------------------------
