@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.ranks import report, spawn_ranks
+from bench.ranks import rank_group, report, spawn_ranks
 from bench.report import OUT, Figure, Goal, cli, load
 
 MODEL = {"n_layers": 4, "d_model": 256, "n_heads": 8, "seq_len": 256, "vocab_size": 256}
@@ -50,14 +50,9 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, steps: int, co
               result: str) -> None:
     import torch
 
-    torch.set_num_threads(1)
-
-    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.engine.trainer import Trainer
 
-    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
-                                  world_size=world_size, timeout_s=900))
-    try:
+    with rank_group(rank, world_size, port, timeout_s=900):
         start = time.perf_counter()
         trainer = Trainer(spec_of(model, WARM_STEPS + steps, compiled))
         built = time.perf_counter()
@@ -74,8 +69,6 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, steps: int, co
                "step_s": statistics.median(r.step_time_s for r in rows[WARM_STEPS:]),
                "cpu_s": statistics.median(cpu[WARM_STEPS:])}
         report(row, result)
-    finally:
-        destroy_process_group()
 
 
 def run_job(model: dict, steps: int, compiled: bool) -> dict:

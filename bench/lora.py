@@ -35,7 +35,7 @@ from __future__ import annotations
 import sys
 
 from bench.memory import PhaseProfile, local_bytes, one_off_growth, optimizer_state_bytes
-from bench.ranks import report, spawn_ranks
+from bench.ranks import rank_group, report, spawn_ranks
 from bench.report import Figure, Goal, cli, load
 
 MB = 1e6
@@ -102,16 +102,12 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, variant: str,
               result: str) -> None:
     import torch
 
-    torch.set_num_threads(1)
     import torch.distributed as dist
 
-    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.engine.trainer import Trainer
     from workers.spec import JobSpec
 
-    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
-                                  world_size=world_size, timeout_s=600))
-    try:
+    with rank_group(rank, world_size, port):
         dist.barrier()
         spec = JobSpec.model_validate(job(model, variant))
         warm_up = one_off_growth(spec)
@@ -137,8 +133,6 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, variant: str,
                        "peak_rss": profile.base + profile.peak(),
                        "mem_theory_bytes": metrics.mem_theory_bytes,
                        "loss": metrics.loss}, result)
-    finally:
-        destroy_process_group()
 
 
 def add_args(parser) -> None:

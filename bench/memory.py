@@ -40,7 +40,7 @@ import os
 import statistics
 import sys
 
-from bench.ranks import report, spawn_ranks
+from bench.ranks import rank_group, report, spawn_ranks
 from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 
 MODEL = {"n_layers": 8, "d_model": 512, "n_heads": 8, "seq_len": 128, "vocab_size": 256}
@@ -178,17 +178,13 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
               result: str) -> None:
     import torch
 
-    torch.set_num_threads(1)
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.spec import JobSpec
     from workers.engine.trainer import Trainer
 
-    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
-                                  world_size=world_size, timeout_s=600))
-    try:
+    with rank_group(rank, world_size, port):
         dist.barrier()
         spec = JobSpec.model_validate(job(model))
         if only_whole_build:
@@ -225,8 +221,6 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
         row["optim_bytes"], row["optim_step_bytes"] = moments, step_bytes
         row["state_bytes"] = row["param_bytes"] + row["grad_bytes"] + moments
         report(row, result)
-    finally:
-        destroy_process_group()
 
 
 def optimizer_state_bytes(optimizer) -> tuple[int, int]:

@@ -52,7 +52,7 @@ from bench.memory import (
     one_off_growth,
     optimizer_state_bytes,
 )
-from bench.ranks import report, spawn_ranks
+from bench.ranks import rank_group, report, spawn_ranks
 from bench.report import Figure, Goal, cli, load
 
 MB = 1e6
@@ -84,16 +84,12 @@ def spec_of(model: dict, train: dict):
 def rank_main(rank: int, world_size: int, port: int, model: dict, train: dict, result: str) -> None:
     import torch
 
-    torch.set_num_threads(1)
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.engine.trainer import Trainer
 
-    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
-                                  world_size=world_size, timeout_s=600))
-    try:
+    with rank_group(rank, world_size, port):
         spec = spec_of(model, train)
         warm_up = one_off_growth(spec)
         dist.barrier()
@@ -125,8 +121,6 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, train: dict, r
         row["state_bytes"] = row["param_bytes"] + row["grad_bytes"] + state
         trainer.batches.close()
         report(row, result)
-    finally:
-        destroy_process_group()
 
 
 def run_world(world_size: int, model: dict, train: dict) -> list[dict]:
@@ -139,14 +133,10 @@ def exact_rank(rank: int, world_size: int, port: int, train: dict, nudge: bool,
     element of each gradient one ulp up before each optimizer step."""
     import torch
 
-    torch.set_num_threads(1)
-    from workers.engine.distributed import LOOPBACK, Rendezvous, destroy_process_group, init_process_group
     from workers.engine.trainer import Trainer
     from workers.spec import JobSpec
 
-    init_process_group(Rendezvous(master_addr=LOOPBACK, master_port=port, rank=rank,
-                                  world_size=world_size, timeout_s=600))
-    try:
+    with rank_group(rank, world_size, port):
         spec = JobSpec.model_validate({
             "model": EXACT_MODEL, "data": {"source": "synthetic"},
             "train": {"steps": EXACT_STEPS, "global_batch_size": 12, "lr": 3e-3} | train,
@@ -164,8 +154,6 @@ def exact_rank(rank: int, world_size: int, port: int, train: dict, nudge: bool,
         trainer.batches.close()
         if rank == 0:
             Path(result).write_text(json.dumps(losses))
-    finally:
-        destroy_process_group()
 
 
 def exact_losses(world_size: int, train: dict, nudge: bool = False) -> list[float]:
