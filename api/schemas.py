@@ -89,6 +89,18 @@ class UsageReport(BaseModel):
     tenants: list[UsagePublic]
 
 
+class GoodputPublic(_Public):
+    """Where a job's time since submit went (service/observability/goodput.py
+    says how each interval is attributed): seconds by phase, summing to
+    `wall_s`; `goodput` = training / (wall_s - suspended)."""
+
+    wall_s: float  # submit to the end, or to now
+    phases: dict[str, float]  # queued, starting, training, data_wait, eval, checkpoint_stall,
+    #                           recovering, lost, suspended
+    starting_phases: dict[str, float]  # the start-ups' sub-phases, over the attempts
+    goodput: float | None  # None: no time outside suspensions yet
+
+
 class MetricRow(_Public):
     """One training step, as the ranks measured it (see the README)."""
 
@@ -109,6 +121,7 @@ class MetricRow(_Public):
     checkpoint_step: int | None = None
     checkpoint_error: str | None = None
     checkpoint_failures: int | None = None  # failed saves so far in this attempt
+    checkpoint_stall_s: float | None = None  # how long the save held training (async: its staging)
     # the first step of an attempt: where it resumed, and (after a failure or
     # a preemption) what the interruption cost
     resumed_from: int | None = None
@@ -123,6 +136,7 @@ class MetricRow(_Public):
     # eval steps (every eval.every_steps): the validation loss over a fixed set of samples
     eval_loss: float | None = None
     eval_perplexity: float | None = None
+    eval_s: float | None = None  # the seconds the evaluation took (after the step, apart from it)
     # a mixture (data.mix), by member name (the last part of its uri): the tokens
     # trained on from each member so far, and (eval steps) each member's held-out loss
     mix_tokens: dict[str, int] | None = None

@@ -22,6 +22,7 @@ from checkpoints import CheckpointStore, CheckpointTarget
 from service.intake.checks import check_fits, check_memory, intake
 from service.observability import metrics as service_metrics
 from service.observability.fair_share_view import TenantShare, tenant_shares
+from service.observability.goodput import Goodput, job_goodput
 from service.observability.log_config import job_fields
 from service.observability.log_text import printable
 from service.observability.tracking import JobTracking, MlflowRun, TensorBoardFiles
@@ -167,6 +168,12 @@ class Supervisor:
         events = self.store.events_of(j.id for j in jobs)
         names = [tenant] if tenant else [t.name for t in self.store.tenants.list()]
         return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names).values())
+
+    def goodput(self, tenant: str, job_id: str) -> Goodput:
+        """Where the job's time since submit went, from what the store keeps
+        (the same answer after a restart of the control plane)."""
+        job = self._job(tenant, job_id)
+        return job_goodput(job, self.store.events(job_id), self.store.metrics(job_id), utcnow())
 
     def workers(self, tenant: str, job_id: str) -> list[dict]:
         self._job(tenant, job_id)

@@ -1,5 +1,6 @@
 """Jobs: submit, list, look at, cancel, suspend and resume; and what a job
-leaves behind (events, per-step metrics, committed checkpoints, workers).
+leaves behind (events, per-step metrics, committed checkpoints, workers,
+where its time went).
 Logs have their own module (`api.routes.logs`): they stream."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from api.schemas import (
     CheckpointPublic,
     ErrorPublic,
     EventPublic,
+    GoodputPublic,
     JobCreate,
     JobPublic,
     JobsPublic,
@@ -165,6 +167,12 @@ def job_checkpoints(
 @router.get("/{job_id}/workers")
 def job_workers(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> list[WorkerPublic]:
     return [WorkerPublic.model_validate(w) for w in supervisor.workers(tenant, job.id)]
+
+
+@router.get("/{job_id}/goodput")
+def job_goodput(job: OwnedJob, tenant: CurrentTenant, supervisor: SupervisorDep) -> GoodputPublic:
+    """Where the job's time since submit went, phase by phase, and its goodput."""
+    return GoodputPublic.model_validate(supervisor.goodput(tenant, job.id))
 
 
 def listed_tenant(caller: str, asked: str | None) -> str | None:

@@ -257,7 +257,9 @@ class Trainer:
                     metrics["mix_tokens"] = {name: n * self.config.model.seq_len
                                              for name, n in seen.items()}
                 if self.evaluator is not None and self.evaluator.due(self.step):
+                    evaluated = time.perf_counter()  # not the step's: eval_s, apart (goodput's eval)
                     metrics.update(self.evaluator.run(self.model))
+                    metrics["eval_s"] = time.perf_counter() - evaluated
                 metrics["wall_time"] = time.time()  # when the step ended (recovery time)
                 if not history:  # where this run began: 0, or the step it resumed from
                     metrics["resumed_from"] = self.resumed_from or 0
