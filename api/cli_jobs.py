@@ -11,6 +11,7 @@ import sys
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -115,7 +116,9 @@ def status(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, 
     found = {
         "id": job.id, "tenant": job.tenant, "name": job.name, "state": job.state.value,
         "step": job.step, "steps": job.spec.train.steps, "loss": loss, "workers": job.workers,
-        "waiting": job.waiting, "error": job.error, "restarts": job.restarts,
+        "waiting": job.waiting, "expected_start": job.expected_start,
+        "expected_start_reason": job.expected_start_reason, "error": job.error,
+        "restarts": job.restarts,
         "preemptions": job.preemptions,
     }
     emit(found, output, lambda: (("FIELD", "VALUE"), [
@@ -125,10 +128,20 @@ def status(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, 
         ("loss", "-" if loss is None else f"{loss:.4f}"),
         ("workers", or_dash(job.workers)),
         ("waiting", or_dash(job.waiting)),
+        *([("expected start", _expected_start(job))] if job.state is JobState.QUEUED else []),
         ("error", or_dash(job.error)),
         ("restarts", job.restarts),
         ("preemptions", job.preemptions),
     ]))
+
+
+def _expected_start(job) -> str:
+    """A queued job's expected start as a local time and how far off, or why there is none."""
+    if job.expected_start is None:
+        return job.expected_start_reason or "-"
+    when = job.expected_start.astimezone()
+    wait = max(0.0, (job.expected_start - datetime.now(UTC)).total_seconds())
+    return f"{when:%Y-%m-%d %H:%M:%S} (in {wait:.0f} s)"
 
 
 def events(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:

@@ -34,7 +34,10 @@ from api.schemas import JobPublic
 from service.states import JobState
 from service.store.job_reads import JobReads
 
-_SHOWN = tuple(name for name in JobPublic.model_fields if name not in ("spec", "waiting"))
+# Left out: the spec (the job's id stands for it), and what a queued job's list entry
+# does not show (the scheduler's view of it, as of now: on `GET /v1/jobs/{id}` and the cluster).
+_SHOWN = tuple(name for name in JobPublic.model_fields
+               if name not in ("spec", "waiting", "expected_start", "expected_start_reason"))
 
 
 def _hashable(value: Any) -> Hashable:

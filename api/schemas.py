@@ -46,6 +46,10 @@ class JobPublic(_Public):
     finished_at: datetime | None = None
     error: str | None = None
     waiting: str | None = None  # a queued job: why it did not start at the latest scheduling pass
+    # A queued job: when the scheduler's rules, run forward over the running jobs' remaining
+    # steps, start it; null with `expected_start_reason` where they never do or cannot tell.
+    expected_start: datetime | None = None
+    expected_start_reason: str | None = None
     latest_loss: float | None = None  # the newest metrics row's loss (a training job's); None: none yet
 
 
@@ -221,6 +225,8 @@ class QueuedJob(_Public):
     name: str
     position: int  # 1: the next to start
     waiting: str | None = None  # why it did not start at the latest scheduling pass
+    expected_start: datetime | None = None  # see JobPublic
+    expected_start_reason: str | None = None
 
 
 class ClusterPublic(_Public):

@@ -19,6 +19,7 @@ TITLES = {
     "recovery": "Recovery after a rank is killed",
     "api": "API: requests/s vs a bare FastAPI peer, latency at 100 clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
+    "forecast": "When a queued job will start",
     "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
     "data": "Data: token shards' wait per step, a rank's memory, preparation on Ray",
     "mixture": "Data mixtures: each member's share, a step's cost, a resume",

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from checkpoints import CheckpointStore, CheckpointTarget
@@ -33,6 +33,7 @@ from service.run.lifecycle import GroupOutcome
 from service.run.ray_cluster import cluster_capacity, live_node_count, run_export
 from service.run.runner import ControlPlane, JobRunner
 from service.run.scheduling_pass import Admission
+from service.run.start_forecast import StartForecasts
 from service.scheduling import Demand, Resources, RestartPolicy
 from service.settings import Settings
 from service.states import ACTIVE
@@ -59,6 +60,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._on_stop = on_stop  # e.g. stop the local Ray head
         self.admission = Admission(settings, store)
+        self.forecasts = StartForecasts(self.admission, store)  # queued jobs' expected starts
         # What every job runner is handed of the control plane.
         self._control = ControlPlane(
             restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
@@ -203,12 +205,27 @@ class Supervisor:
             "usage": dict(self.admission.held(active).items()),
             "running_jobs": len(active),
             "queue": [{"id": j.id, "name": j.name, "tenant": j.tenant, "priority": j.priority,
-                       "waiting": self.waiting_reason(j.id)} for j in queued],
+                       "waiting": self.waiting_reason(j.id),
+                       "expected_start": self.expected_start(j.id)} for j in queued],
         }
 
     def waiting_reason(self, job_id: str) -> str | None:
         """Why a queued job did not start at the latest scheduling pass."""
         return self.admission.waiting.get(job_id)
+
+    def expected_start(self, job_id: str) -> tuple[datetime | None, str | None]:
+        """(when the queued job is expected to start, why none is given);
+        (None, None) for a job not queued."""
+        try:
+            forecast = self.forecasts.of(job_id)
+        except Exception as e:  # a forecast that fails must not fail the job's read
+            logger.exception("the start forecast failed")
+            return None, f"the forecast failed: {e}"
+        if forecast is None:
+            return None, None
+        if forecast.expected_start is None:
+            return None, forecast.reason
+        return datetime.fromtimestamp(forecast.expected_start, UTC), None
 
     def fair_shares(self) -> list[TenantShare]:
         """Each tenant's weight, entitled share, what it holds now and its

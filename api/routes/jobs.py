@@ -94,6 +94,8 @@ async def list_jobs(
 async def get_job(job: OwnedJob, supervisor: SupervisorDep) -> Response:
     public = JobPublic.model_validate(job)
     public.waiting = supervisor.waiting_reason(job.id)
+    if job.state is JobState.QUEUED:  # a forecast made a moment ago may still name a job since started
+        public.expected_start, public.expected_start_reason = supervisor.expected_start(job.id)
     return json_of(public)
 
 

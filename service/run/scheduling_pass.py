@@ -11,6 +11,7 @@ that a control-plane restart does not forget who has had what.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ class Admission:
         self.scheduler = Scheduler(horizon_s=settings.fair_share_horizon_s)
         self.preemption = PreemptionPolicy()
         self.history = ServiceHistory(settings.fair_share_window_s)
+        self._history_lock = threading.Lock()  # the pass changes it; a forecast copies it
         self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
         self.service: dict[str, float] = {}  # tenant -> its fair-share service (the last pass)
         # Per job, worked out once: what it asks for (its valid world sizes).
@@ -83,7 +85,8 @@ class Admission:
         running = [self._running(job) for job in active]
         held = Resources.total(job.holds for job in running)
         capacity = Capacity(total=total, free=(total - held).at_least_zero())
-        self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
+        with self._history_lock:
+            self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
         tenants = self._tenants(active + queued_records)
         queued = {job.id: self._queued(job) for job in queued_records}
         expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
@@ -114,6 +117,17 @@ class Admission:
             if workers <= (job.workers or demand.max_workers) and demand.at(workers).fits_in(free):
                 return workers
         return None
+
+    def views(self, active: list[JobRecord], queued: list[JobRecord]) -> tuple[
+            list[RunningJob], list[QueuedJob], dict[str, TenantPolicy]]:
+        """The jobs and tenants as a pass reads them (for a forecast of the passes to come)."""
+        return ([self._running(job) for job in active], [self._queued(job) for job in queued],
+                self._tenants(active + queued))
+
+    def history_copy(self) -> ServiceHistory:
+        """The fair-share history as of the latest pass, copied."""
+        with self._history_lock:
+            return copy.deepcopy(self.history)
 
     def held(self, jobs: list[JobRecord]) -> Resources:
         """What these jobs' workers hold."""

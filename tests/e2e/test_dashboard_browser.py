@@ -177,6 +177,10 @@ def test_a_submitted_jobs_curve_grows_then_suspend_and_resume_from_the_page(serv
     assert theory.startswith("theory: model state per rank (16 B/param"), theory
     note = text_of(browser, "#chart-memory .chart-note")
     assert "resident memory (RSS)" in note and "16 bytes a parameter" in note, note
+    # the latest step's FLOP/s per rank; a CPU's peak is unknown (no BRIGADE_PEAK_FLOPS): no MFU
+    compute = wait_for("the FLOP/s figure", lambda: text_of(browser, "#job-compute"))
+    assert re.fullmatch(r"compute: \d[\d.]* [KMGT]?FLOP/s per rank \(device peak unknown: no MFU\)",
+                        compute), compute
     assert "RUNNING" in text_of(browser, "#job-state")
     ranks = wait_for("the ranks and their nodes",
                      lambda: re.findall(r"\d+\.\d+\.\d+\.\d+", text_of(browser, "#workers tbody")))
@@ -398,3 +402,27 @@ def test_the_jobs_page_at_phone_width_keeps_its_controls_reachable(server, brows
         clean(browser, server)
     finally:
         browser.resize(1280, 900)
+
+
+def test_the_cluster_page_shows_when_a_queued_job_is_expected_to_start(server, browser, tmp_path):
+    d = browser.driver
+    d.delete_all_cookies()
+    sign_in(browser, server, KEY)
+    for job in server.get("/v1/jobs?state=QUEUED,STARTING,RUNNING,SUSPENDED&limit=500")["items"]:
+        server.http.post(f"/v1/jobs/{job['id']}/cancel")  # the cluster to these two alone
+    holder = server.submit({"name": "dash-holder", "workers": 4, "resources_per_worker": {"cpu": 1},
+                            "model": {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32},
+                            "data": {"source": "builtin"},
+                            "train": {"steps": 400, "global_batch_size": 12}})
+    wait_for("the holder stepping", lambda: server.job(holder["id"])["step"] >= 5, timeout_s=120)
+    behind = server.submit({"name": "dash-behind", "workers": 4, "resources_per_worker": {"cpu": 1},
+                            "model": {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32},
+                            "data": {"source": "builtin"}, "train": {"steps": 5, "global_batch_size": 12}})
+    d.get(server.url + "/cluster")
+    cell = wait_for("an expected start", lambda: re.search(
+        r"\(in \d+ s\)", text_of(browser, "#queue tbody .expected-start") or ""), timeout_s=30)
+    assert cell
+    browser.screenshot(tmp_path / "cluster-expected-start.png")
+    clean(browser, server)
+    for job in (holder, behind):
+        server.http.post(f"/v1/jobs/{job['id']}/cancel")

@@ -1,6 +1,6 @@
 "use strict";
 // The cluster: capacity against usage, the caller's queue with why each job
-// waits, and each tenant's fair share, quota use and data prefix; refreshed every 3 s.
+// waits and when it is expected to start, and each tenant's fair share, quota use and data prefix; refreshed every 3 s.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, number, percent} = Brigade;
 
@@ -14,6 +14,17 @@ document.addEventListener("DOMContentLoaded", () => {
 
   function limit(used, max) { return `${number(used, 0)} / ${max === null || max === undefined ? "\u221e" : max}`; }
 
+  // When the scheduler's rules, run forward over the running jobs' steps, start it; or why unknown.
+  function expectedStart(q) {
+    if (!q.expected_start) {
+      return el("td", {class: "reason expected-start"}, q.expected_start_reason || "not yet forecast");
+    }
+    const when = new Date(q.expected_start);
+    const wait = Math.max(0, Math.round((when - Date.now()) / 1000));
+    return el("td", {class: "expected-start", title: when.toISOString()},
+      `${when.toLocaleTimeString()} (in ${wait} s)`);
+  }
+
   async function load() {
     const [cluster, shares] = await Promise.all([api("GET", "/v1/cluster"), api("GET", "/v1/cluster/tenants")]);
     const cap = document.getElementById("capacity");
@@ -24,7 +35,8 @@ document.addEventListener("DOMContentLoaded", () => {
     fill(document.querySelector("#queue tbody"), cluster.queue.map((q) => el("tr", {},
       el("td", {class: "num"}, q.position),
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(q.id)}`}, q.name), el("div", {class: "muted mono small"}, q.id)),
-      el("td", {class: "reason"}, q.waiting || "not yet looked at"))), "None of your jobs is waiting.", 3);
+      el("td", {class: "reason"}, q.waiting || "not yet looked at"),
+      expectedStart(q))), "None of your jobs is waiting.", 4);
     fill(document.querySelector("#shares tbody"), shares.items.map((s) => el("tr", {},
       el("th", {scope: "row"}, s.tenant, el("div", {class: "muted small", title: "its data prefix: a job's data.uri lies under it"}, el("code", {}, s.data_prefix || ""))),
       el("td", {class: "num"}, number(s.weight, 2)),
