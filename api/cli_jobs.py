@@ -107,15 +107,19 @@ def get(job_id: JobId, output: Output = OutputFormat.json, url: Url = None, key:
 
 
 def status(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:
-    """Where a job is: state, step of steps, latest loss, why it waits or
-    failed, restarts and preemptions."""
+    """Where a job is: state, step of steps, latest loss and model FLOPs
+    utilisation (FLOP/s per rank where the device's peak is unknown), why it
+    waits or failed, restarts and preemptions."""
     with _client(url, key) as client:
         job = client.get(job_id)
         latest = client.metrics(job_id, since_step=job.step) if job.step else []
     loss = latest[-1].loss if latest else None
+    row = latest[-1] if latest else None
+    flops_per_s, mfu = (row.flops_per_s, row.mfu) if row else (None, None)
     found = {
         "id": job.id, "tenant": job.tenant, "name": job.name, "state": job.state.value,
-        "step": job.step, "steps": job.spec.train.steps, "loss": loss, "workers": job.workers,
+        "step": job.step, "steps": job.spec.train.steps, "loss": loss,
+        "flops_per_s": flops_per_s, "mfu": mfu, "workers": job.workers,
         "waiting": job.waiting, "expected_start": job.expected_start,
         "expected_start_reason": job.expected_start_reason, "error": job.error,
         "restarts": job.restarts,
@@ -126,6 +130,7 @@ def status(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, 
         ("state", job.state.value),
         ("step", f"{job.step}/{job.spec.train.steps}"),
         ("loss", "-" if loss is None else f"{loss:.4f}"),
+        ("mfu", _utilisation(mfu, flops_per_s)),
         ("workers", or_dash(job.workers)),
         ("waiting", or_dash(job.waiting)),
         *([("expected start", _expected_start(job))] if job.state is JobState.QUEUED else []),
@@ -142,6 +147,14 @@ def _expected_start(job) -> str:
     when = job.expected_start.astimezone()
     wait = max(0.0, (job.expected_start - datetime.now(UTC)).total_seconds())
     return f"{when:%Y-%m-%d %H:%M:%S} (in {wait:.0f} s)"
+
+
+def _utilisation(mfu: float | None, flops_per_s: float | None) -> str:
+    """`41.2% (408 TFLOP/s per rank)`; on a device of unknown peak (a CPU) the FLOP/s alone."""
+    if flops_per_s is None:
+        return "-"
+    rate = f"{metric_columns.flops(flops_per_s)} per rank"
+    return rate if mfu is None else f"{metric_columns.percent(mfu)} ({rate})"
 
 
 def events(job_id: JobId, output: Output = OutputFormat.table, url: Url = None, key: Key = None) -> None:

@@ -1,5 +1,6 @@
 """The columns of `brigade metrics`'s table: a set chosen for people by
-default (step, loss, eval loss, lr, tokens/s, step time, memory), any of
+default (step, loss, eval loss, lr, tokens/s, step time, memory, MFU where
+the device's peak is known), any of
 `MetricRow`'s fields by `--columns`, each value written for reading
 (`wall_time` as a local time, bytes in KiB/MiB/GiB, seconds in ms or s)."""
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from api.schemas import MetricRow
 
-DEFAULT = ("step", "loss", "eval_loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_bytes")
+DEFAULT = ("step", "loss", "eval_loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_bytes", "mfu")
 ALWAYS = frozenset({"step", "loss"})  # shown by default even where empty throughout
 ALL = "all"  # --columns all: every field some row has
 
@@ -47,6 +48,19 @@ def _bytes(value: float) -> str:
     return f"{value:.1f} TiB"
 
 
+def flops(value: float, unit: str = "FLOP/s") -> str:
+    """FLOPs with an SI prefix: 3.2 TFLOP/s."""
+    for prefix in ("", "K", "M", "G", "T", "P"):
+        if abs(value) < 1000:
+            return f"{value:.3g} {prefix}{unit}"
+        value /= 1000
+    return f"{value:.3g} E{unit}"
+
+
+def percent(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
 def _local_time(value: float) -> str:
     return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -73,6 +87,9 @@ COLUMNS: dict[str, Column] = {
     "mem_theory_bytes": Column("MEMORY THEORY", _bytes),
     "comm_bytes": Column("COMM", _bytes),
     "comm_bytes_theory": Column("COMM THEORY", _bytes),
+    "flops_per_token": Column("FLOPS/TOKEN", lambda v: flops(v, "FLOP")),
+    "flops_per_s": Column("FLOP/S PER RANK", flops),
+    "mfu": Column("MFU", percent),
     "wall_time": Column("TIME", _local_time),
 }
 

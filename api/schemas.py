@@ -121,6 +121,12 @@ class MetricRow(_Public):
     collectives: int | None = None
     comm_time_s: float | None = None
     exposed_comm_s: float | None = None
+    # model FLOPs utilisation (workers/spec/flops.py, workers/engine/peak_flops.py): the
+    # training FLOPs a token, one rank's FLOP/s, and that over its device's peak
+    # (None where the peak is unknown: a CPU without BRIGADE_PEAK_FLOPS)
+    flops_per_token: float | None = None
+    flops_per_s: float | None = None
+    mfu: float | None = None
     # checkpoints: the step saved on this step, or why the save failed (training goes on)
     checkpoint_step: int | None = None
     checkpoint_error: str | None = None

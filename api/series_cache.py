@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 # What the job page draws; a metric a row lacks (eval_loss before evals run) is left out.
 NUMBERS = ("loss", "eval_loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_bytes",
-           "mem_theory_bytes", "comm_bytes", "comm_bytes_theory", "resumed_from")
+           "mem_theory_bytes", "comm_bytes", "comm_bytes_theory", "resumed_from", "flops_per_s",
+           "mfu")
 TEXTS = ("recovered_from",)
 
 

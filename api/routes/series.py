@@ -18,7 +18,7 @@ from api.schemas import JobSeriesPublic, SeriesPublic, StepMark
 from api.series_cache import JobColumns
 
 SERIES = ("loss", "eval_loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_bytes",
-          "mem_theory_bytes", "comm_bytes", "comm_bytes_theory")
+          "mem_theory_bytes", "comm_bytes", "comm_bytes_theory", "flops_per_s", "mfu")
 MAX_POINTS = 20_000
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)

@@ -70,6 +70,23 @@ def test_status_events_and_metrics(brigade, client, store):
     client.cancel(job.id)
 
 
+def test_status_and_metrics_show_mfu_or_flops_alone(brigade, client, store):
+    gpu, cpu = client.submit(SPEC), client.submit(SPEC)
+    store.record_metrics(gpu.id, 1, [{**rows(1)[0], "flops_per_token": 6e9, "flops_per_s": 4.1e14,
+                                      "mfu": 0.4143}])
+    store.record_metrics(cpu.id, 1, [{**rows(1)[0], "flops_per_token": 6e5, "flops_per_s": 2.5e9,
+                                      "mfu": None}])
+    store.update_job(gpu.id, step=1)
+    store.update_job(cpu.id, step=1)
+    line = [ln for ln in brigade("status", gpu.id).stdout.splitlines() if ln.startswith("mfu")]
+    assert line and line[0].split()[1:] == ["41.4%", "(410", "TFLOP/s", "per", "rank)"]
+    assert json.loads(brigade("status", gpu.id, "-o", "json").stdout)["mfu"] == 0.4143
+    line = [ln for ln in brigade("status", cpu.id).stdout.splitlines() if ln.startswith("mfu")]
+    assert line and line[0].split()[1:] == ["2.5", "GFLOP/s", "per", "rank"]  # a CPU: no peak
+    header = brigade("metrics", gpu.id).stdout.splitlines()[0]
+    assert header.split()[-1] == "MFU" and "MFU" not in brigade("metrics", cpu.id).stdout
+
+
 def test_metrics_table_shows_columns_for_people_or_those_asked(brigade, client, store):
     job = client.submit(SPEC)
     store.transition(job.id, "STARTING", reason="admitted", workers=2, attempt=1)

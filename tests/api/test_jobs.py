@@ -136,13 +136,16 @@ def test_metrics_one_row_per_step(client, store, job):
     rows = [{"step": s, "loss": 5.0 - s, "lr": 1e-3, "tokens_per_s": 1000.0, "step_time_s": 0.1,
              "peak_mem_bytes": 10, "mem_theory_bytes": 8, "comm_bytes": 300, "comm_bytes_theory": 299.5,
              "comm_bytes_by_op": {"all_gather": 200, "reduce_scatter": 100}, "collectives": 15,
-             "comm_time_s": 0.02, "exposed_comm_s": 0.015} for s in (1, 2, 3)]
+             "comm_time_s": 0.02, "exposed_comm_s": 0.015, "flops_per_token": 6e5,
+             "flops_per_s": 2e11, "mfu": None if s < 3 else 0.25} for s in (1, 2, 3)]
     store.record_metrics(job.id, attempt=1, rows=rows)
     metrics = client.metrics(job.id)
     assert [m.step for m in metrics] == [1, 2, 3]
     assert metrics[2].loss == 2.0 and metrics[2].comm_bytes_theory == 299.5
     assert metrics[2].comm_bytes_by_op == {"all_gather": 200, "reduce_scatter": 100}
     assert (metrics[2].collectives, metrics[2].comm_time_s, metrics[2].exposed_comm_s) == (15, 0.02, 0.015)
+    assert (metrics[2].flops_per_token, metrics[2].flops_per_s, metrics[2].mfu) == (6e5, 2e11, 0.25)
+    assert metrics[0].mfu is None
     assert [m.step for m in client.metrics(job.id, since_step=2)] == [2, 3]
 
 

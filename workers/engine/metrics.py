@@ -1,4 +1,5 @@
-"""Per-step metrics, each beside the primer's theory where one exists.
+"""Per-step metrics, each beside the primer's theory where one exists (and
+the FLOPs' beside the device's peak: model FLOPs utilisation).
 
 The names are a contract: the API serves exactly these keys.
 """
@@ -29,6 +30,12 @@ class StepMetrics:
     collectives: int
     comm_time_s: float | None  # collectives in flight (CPU/gloo; None on GPUs: see workers/engine/comm.py)
     exposed_comm_s: float | None  # the part the training thread waited for
+    # model FLOPs utilisation: the model's training FLOPs a token (workers/spec/flops.py),
+    # what this rank achieved (its share of the global batch's FLOPs / step time),
+    # and that over its device's peak (workers/engine/peak_flops.py; None where unknown)
+    flops_per_token: float
+    flops_per_s: float
+    mfu: float | None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -42,6 +49,14 @@ def mem_theory_bytes(job: JobSpec, num_params: int, shard_degree: int) -> int:
     adapters' state (workers/spec/adapter.py). `num_params` is one
     tensor-parallel rank's piece of the model."""
     return int(job_state_bytes(job, num_params, shard_degree, job.parallelism.tp))
+
+
+def achieved_flops(flops_per_token: float, tokens: int, step_time_s: float,
+                   world_size: int) -> float:
+    """FLOP/s of one rank: the step's model FLOPs (every rank's: `tokens` is
+    the global batch's) over its time, shared evenly by the `world_size` ranks
+    (data- and tensor-parallel alike)."""
+    return flops_per_token * tokens / step_time_s / world_size
 
 
 class PeakMemory:

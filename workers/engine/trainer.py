@@ -26,7 +26,8 @@ from workers.engine.distributed import local_device
 from workers.engine.evaluation import Evaluator
 from workers.engine.init_weights import initialise, weight_source
 from workers.engine.memory import limit_allocator_slack
-from workers.engine.metrics import PeakMemory, StepMetrics, mem_theory_bytes
+from workers.engine.metrics import PeakMemory, StepMetrics, achieved_flops, mem_theory_bytes
+from workers.engine.peak_flops import device_peak_flops
 from workers.engine.prefetch import BatchPrefetch
 from workers.engine.sharding import DTYPES, set_prefetch
 from workers.engine.tensor_parallel import (
@@ -38,6 +39,7 @@ from workers.engine.tensor_parallel import (
 from workers.engine.train_state import TrainState
 from workers.spec import JobSpec, split_evenly
 from workers.spec.adapter import adapter_params
+from workers.spec.flops import job_flops_per_token
 
 STOP_REQUESTED = 1  # suspend, or a scheduler's preemption: checkpoint and stop
 STOP_PREEMPTED = 2  # a rank got SIGTERM (spot reclaim, node drain): the same, then requeue
@@ -97,6 +99,10 @@ class Trainer:
         # The model state a rank holds, by the memory theory: the same every step.
         self._mem_theory = mem_theory_bytes(
             config, params_per_tp_rank(config.model, self.layout.tp), self._shard_degree())
+        # MFU: the model's FLOPs a token (an adapter's step counts its own) and
+        # the device's peak (None on a CPU unless BRIGADE_PEAK_FLOPS says it)
+        self._flops_per_token = job_flops_per_token(config)
+        self._peak_flops = device_peak_flops(self.device, sh.param_dtype)
         self.checkpoints: TrainerCheckpoints | None = None
         self.resumed_from: int | None = None
         self.stop_reason: str | None = None  # why the last run() stopped short, if asked to
@@ -210,6 +216,7 @@ class Trainer:
 
         tokens = cfg.train.global_batch_size * cfg.model.seq_len
         host_clock = self.device.type == "cpu"  # see workers/engine/comm.py: GPUs' comms are not host-timed
+        flops_per_s = achieved_flops(self._flops_per_token, tokens, step_time, self.world_size)
         return StepMetrics(
             step=self.step,
             loss=loss_sum.item(),
@@ -224,6 +231,9 @@ class Trainer:
             collectives=tally.collectives,
             comm_time_s=tally.time_s if host_clock else None,
             exposed_comm_s=tally.exposed_s if host_clock else None,
+            flops_per_token=self._flops_per_token,
+            flops_per_s=flops_per_s,
+            mfu=None if self._peak_flops is None else flops_per_s / self._peak_flops,
         )
 
     def _shard_degree(self) -> int:

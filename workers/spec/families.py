@@ -3,6 +3,7 @@
 A family is a `Family`: its name, the model class (or build function) that
 the engine calls with the `ModelSpec` (on the meta device, `workers/engine/build.py`),
 the optional `ModelSpec` fields it reads, and how to count its parameters
+(and the ones a token is multiplied by, its FLOPs: workers/spec/flops.py)
 from the spec alone. The built-ins `gpt` and `llama` are registered exactly
 as an operator's own family is, in a distribution's metadata:
 
@@ -107,6 +108,18 @@ class Family:
     adapter_targets: Callable[[Any], dict[str, tuple[int, int]]] | None = None
     # of those, the ones its tensor-parallel plan splits by input (row-wise)
     row_parallel: tuple[str, ...] = ()
+    # the parameters a token is multiplied by (its FLOPs: workers/spec/flops.py);
+    # unset, TorchTitan's rule: all but the token embedding
+    dense_params: Callable[[Any], int] | None = None
+
+    def matmul_params(self, spec: Any) -> int:
+        """Parameters each token goes through as a matrix product: the blocks,
+        the head (a tied one too: the lookup is free, the product is not) and
+        the final norm, not the embedding tables a token only indexes."""
+        if self.dense_params is not None:
+            return self.dense_params(spec)
+        count = self.count_params(spec)
+        return count.total - count.embedding
 
     def build(self, spec: Any) -> Any:
         module, _, attribute = self.builder.partition(":")
@@ -151,6 +164,16 @@ def _llama_params(spec: Any) -> ParamCount:
                       head=spec.vocab_size * d, root=d, tied=spec.tie_embeddings)
 
 
+def _gpt_dense(spec: Any) -> int:
+    count = _gpt_params(spec)  # less the token and position tables: lookups, no products
+    return count.total - count.embedding - spec.seq_len * spec.d_model
+
+
+def _llama_dense(spec: Any) -> int:
+    count = _llama_params(spec)  # a tied head is counted once in `total`, as the embedding
+    return count.n_blocks * count.block + count.head + count.root
+
+
 def _gpt_shapes(spec: Any) -> TensorShapes:
     d, v, m = spec.d_model, spec.vocab_size, spec.mlp_ratio
     block = ((d,), (d,), (3 * d, d), (d, d), (d,), (d,), (m * d, d), (d, m * d))  # ln1, attn, ln2, mlp
@@ -186,7 +209,8 @@ def _llama_check(spec: Any) -> tuple[str, str] | None:
 
 
 GPT = Family("gpt", "workers.models.gpt:GPT", _gpt_params, frozenset({"mlp_ratio"}),
-             shapes=_gpt_shapes)
+             shapes=_gpt_shapes, dense_params=_gpt_dense)
 LLAMA = Family("llama", "workers.models.llama:Llama", _llama_params, frozenset(OPTIONAL_FIELDS),
                _llama_check, tensor_parallel=True, shapes=_llama_shapes,
-               adapter_targets=_llama_linears, row_parallel=("o_proj", "down_proj"))
+               adapter_targets=_llama_linears, row_parallel=("o_proj", "down_proj"),
+               dense_params=_llama_dense)

@@ -59,6 +59,23 @@ document.addEventListener("DOMContentLoaded", () => {
     return x && y ? Math.max(x, y) / Math.min(x, y) : 1;
   }
 
+  // The latest step's model FLOPs utilisation, or its FLOP/s alone where the
+  // device's peak is unknown (a CPU): workers/engine/peak_flops.py.
+  function compute(series) {
+    const last = (k) => series[k] && series[k].value.length ? series[k].value[series[k].value.length - 1] : null;
+    const rate = last("flops_per_s");
+    if (rate == null) return "";
+    const si = (v) => {
+      const prefixes = ["", "K", "M", "G", "T", "P"];
+      let i = 0;
+      while (Math.abs(v) >= 1000 && i < prefixes.length - 1) { v /= 1000; i += 1; }
+      return `${v.toPrecision(3)} ${prefixes[i]}FLOP/s`;
+    };
+    const mfu = last("mfu");
+    return mfu == null ? `compute: ${si(rate)} per rank (device peak unknown: no MFU)`
+      : `MFU ${(mfu * 100).toFixed(1)}% \u00b7 ${si(rate)} per rank`;
+  }
+
   function line(series, key, name, cls, dashed) {
     return {key, name, cls, dashed, data: series[key]};
   }
@@ -99,6 +116,7 @@ document.addEventListener("DOMContentLoaded", () => {
       return;
     }
     const marks = s.marks;
+    document.getElementById("job-compute").textContent = compute(s.series);
     const figures = {
       loss: document.getElementById("chart-loss"),
       throughput: document.getElementById("chart-throughput"),
