@@ -13,6 +13,9 @@ from api.cli_output import Output, OutputFormat, emit
 from api.client import BrigadeClient, BrigadeError
 from api.profiles import DEFAULT_PROFILE, save_profile
 
+# `brigade usage`'s phase columns (worker-seconds): the phases a platform team asks about first
+MAIN_PHASES = (("training",), ("starting",), ("checkpoint_stall",), ("recovering", "lost"))
+
 
 def register_service_commands(app: typer.Typer) -> None:
     for command in (cluster, usage, login):
@@ -41,15 +44,20 @@ def usage(
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """Usage per tenant over a window: worker-, cpu- and gpu-seconds, jobs by
-    final state, preemptions suffered (a tenant sees its own)."""
+    """Usage per tenant over a window: worker-, cpu- and gpu-seconds, goodput
+    and the main phases' worker-seconds, jobs by final state, preemptions
+    suffered (a tenant sees its own; the admin also the cluster, as "*")."""
     with _client(url, key) as client:
         report = client.usage(window_s=window, tenant=tenant)
+    shown = [*report.tenants, *([report.cluster] if report.cluster else [])]
     emit(report, output, lambda: (
-        ("TENANT", "WORKER-S", "CPU-S", "GPU-S", "JOBS", "PREEMPTIONS"),
+        ("TENANT", "WORKER-S", "CPU-S", "GPU-S", "GOODPUT", "TRAINING", "STARTING", "CKPT-STALL",
+         "RECOVERING+LOST", "JOBS", "PREEMPTIONS"),
         [(u.tenant, f"{u.worker_seconds:.0f}", f"{u.cpu_seconds:.0f}", f"{u.gpu_seconds:.0f}",
+          "-" if u.goodput is None else f"{u.goodput:.0%}",
+          *(f"{sum(u.phases.get(p, 0.0) for p in names):.0f}" for names in MAIN_PHASES),
           ",".join(f"{state}={n}" for state, n in sorted(u.jobs.items())) or "-", u.preemptions)
-         for u in report.tenants]))
+         for u in shown]))
 
 
 def login(

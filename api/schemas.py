@@ -76,7 +76,7 @@ class EventPublic(_Public):
 
 
 class UsagePublic(_Public):
-    """One tenant's usage over a window."""
+    """One tenant's usage over a window (the cluster's: `tenant` is "*")."""
 
     tenant: str
     worker_seconds: float  # workers held x seconds
@@ -84,6 +84,10 @@ class UsagePublic(_Public):
     gpu_seconds: float
     jobs: dict[str, int]  # final state -> its jobs that ended within the window
     preemptions: int  # times its jobs were preempted within the window
+    # worker_seconds by goodput phase (queued ... suspended; they sum to it): each phase's
+    # time x the workers held over it, so a phase that holds none (queued) counts 0
+    phases: dict[str, float] = Field(default_factory=dict)
+    goodput: float | None = None  # training / (worker_seconds - suspended); None: held nothing
 
 
 class UsageReport(BaseModel):
@@ -91,6 +95,7 @@ class UsageReport(BaseModel):
     since: datetime
     until: datetime
     tenants: list[UsagePublic]
+    cluster: UsagePublic | None = None  # every tenant's added up: the admin's report of all
 
 
 class GoodputPublic(_Public):

@@ -26,7 +26,7 @@ from service.observability.goodput import Goodput, job_goodput
 from service.observability.log_config import job_fields
 from service.observability.log_text import printable
 from service.observability.tracking import JobTracking, MlflowRun, TensorBoardFiles
-from service.observability.usage import TenantUsage, usage_by_tenant
+from service.observability.usage import TenantUsage, phase_rows, usage_by_tenant
 from service.run.exports import ExportService
 from service.run.launch import group_name, launch_group
 from service.run.lifecycle import GroupOutcome
@@ -168,8 +168,10 @@ class Supervisor:
         jobs = [j for j in self.store.jobs_changed_since(since, ACTIVE)
                 if tenant is None or j.tenant == tenant]
         events = self.store.events_of(j.id for j in jobs)
+        rows = {j.id: phase_rows(self.store, j.id) for j in jobs if j.attempt}  # launched: has rows
         names = [tenant] if tenant else [t.name for t in self.store.tenants.list()]
-        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names).values())
+        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names,
+                                                rows=rows).values())
 
     def goodput(self, tenant: str, job_id: str) -> Goodput:
         """Where the job's time since submit went, from what the store keeps

@@ -1,6 +1,7 @@
 """Usage per tenant over a window: what its jobs held (worker-, cpu- and
-gpu-seconds), how many ended in each final state, and the preemptions they
-suffered. A tenant sees its own; the admin every tenant's."""
+gpu-seconds, and the worker-seconds by goodput phase with its goodput), how
+many ended in each final state, and the preemptions they suffered. A tenant
+sees its own; the admin every tenant's, and the cluster's total of them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Query
 from api.deps import CurrentTenant, SupervisorDep
 from api.routes.jobs import ERRORS, listed_tenant
 from api.schemas import UsagePublic, UsageReport
+from service.observability.usage import cluster_usage
 
 MAX_WINDOW_S = 366 * 86400.0
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=ERRORS)
@@ -26,6 +28,8 @@ def usage(
         alias="tenant", max_length=128,
         description="the admin: only this tenant (default: every tenant)")] = None,
 ) -> UsageReport:
-    since, until, found = supervisor.usage(listed_tenant(tenant, of_tenant), window_s)
+    listed = listed_tenant(tenant, of_tenant)
+    since, until, found = supervisor.usage(listed, window_s)
     return UsageReport(window_s=window_s, since=since, until=until,
-                       tenants=[UsagePublic.model_validate(u) for u in found])
+                       tenants=[UsagePublic.model_validate(u) for u in found],
+                       cluster=UsagePublic.model_validate(cluster_usage(found)) if listed is None else None)

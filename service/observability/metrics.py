@@ -16,6 +16,10 @@ Read from the store and Ray at each scrape (`ServiceCollector`):
     brigade_cluster_usage{resource}              what active jobs hold
     brigade_queue_length                         jobs waiting for capacity
 
+Brought up to date at each scrape from the jobs' phases (`phase_counters`):
+
+    brigade_job_phase_seconds_total{tenant,phase}  seconds in each goodput phase
+
 The metric objects belong to no registry of their own: each app registers
 them, with its supervisor's collector, in its own (`registry_for`).
 """
@@ -28,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from service.observability.phase_counters import PhaseSecondsCollector
 from service.states import JobState
 
 logger = logging.getLogger(__name__)
@@ -112,6 +117,7 @@ class ServiceCollector(Collector):
 def registry_for(supervisor, *more) -> CollectorRegistry:
     """A registry of the process's metrics, this supervisor's and `more`."""
     registry = CollectorRegistry(auto_describe=True)
-    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor), *more):
+    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor),
+                      PhaseSecondsCollector(supervisor.store), *more):
         registry.register(collector)
     return registry
