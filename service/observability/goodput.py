@@ -13,7 +13,9 @@ construction:
    change the state changes nothing; a final state ends the timeline):
 
        QUEUED                           queued
-       PREEMPTING                       queued (preempted: it gives its place up)
+       PREEMPTING                       checkpoint_stall (preempted: the blocking
+                                        save and the stop it asks for; the job
+                                        holds its workers, so it is not queued)
        RESTARTING                       recovering
        SUSPENDING, SUSPENDED            suspended (a person asked it to stop)
        CANCELLING                       suspended (the same: goodput leaves it out)
@@ -70,7 +72,7 @@ PHASES = ("queued", "starting", "training", "data_wait", "eval", "checkpoint_sta
 # What an instant in each state is when nothing more precise says (1 above).
 _BY_STATE = {
     S.QUEUED: "queued",
-    S.PREEMPTING: "queued",
+    S.PREEMPTING: "checkpoint_stall",
     S.RESTARTING: "recovering",
     S.SUSPENDING: "suspended",
     S.SUSPENDED: "suspended",

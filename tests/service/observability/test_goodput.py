@@ -159,16 +159,16 @@ def test_a_failed_attempt_between_fault_and_recovery_is_recovering():
     assert found["training"] == pytest.approx(2 - 0.5 + 7)
 
 
-def test_a_preempted_job_is_queued_until_it_starts_again():
-    # Preempted at 10 (its step saves by 11), requeued at 11.5, waits to 30.
+def test_a_preempted_job_saves_then_is_queued_until_it_starts_again():
+    # Preempted at 10 (its step saves by 11, the stop by 11.5), requeued at 11.5, waits to 30.
     story = events((0, S.STARTING), (1, S.RUNNING), (10, S.PREEMPTING), (11.5, S.QUEUED),
                    (30, S.STARTING), (31, S.RUNNING), (40, S.SUCCEEDED))
     rows = ([row(1, 2)] + steps(2, 3, 7) + [row(9, 10.0, checkpoint_stall_s=1.0)]
             + [row(10, 33, resumed_from=9, recovered_from="preemption")] + steps(11, 34, 6))
     found = phases(job(finished=40, state=S.SUCCEEDED), story, rows)
-    assert found["queued"] == pytest.approx(0.5 + 18.5)  # the preemption's end and the wait
+    assert found["queued"] == pytest.approx(18.5)  # the wait; PREEMPTING holds its workers
     assert found["starting"] == pytest.approx(2 + 3)
-    assert found["checkpoint_stall"] == pytest.approx(1.0)
+    assert found["checkpoint_stall"] == pytest.approx(1.0 + 0.5)  # the save, then the stop
     assert found["lost"] == 0 and found["recovering"] == 0
 
 
@@ -179,7 +179,8 @@ def test_a_preempted_job_killed_before_its_save_loses_its_steps_after_the_checkp
         steps(6, 24, 6)
     found = phases(job(finished=30, state=S.SUCCEEDED), story, rows)
     assert found["lost"] == pytest.approx(10 - 5)  # after step 4 to the notice
-    assert found["queued"] == pytest.approx(2 + 8)
+    assert found["checkpoint_stall"] == pytest.approx(2)  # PREEMPTING, its stop
+    assert found["queued"] == pytest.approx(8)
 
 
 def test_cancelling_counts_as_suspended():

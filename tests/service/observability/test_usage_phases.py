@@ -25,7 +25,8 @@ from tests.service.observability.test_usage import ELASTIC, at, event, job
 SPANS = [
     (0, 10, "queued"), (10, 14, "starting"), (14, 16, "data_wait"), (16, 30, "training"),
     (30, 32, "checkpoint_stall"), (32, 40, "lost"), (40, 50, "recovering"), (50, 55, "training"),
-    (55, 56, "eval"), (56, 60, "training"), (60, 80, "queued"), (80, 84, "starting"),
+    (55, 56, "eval"), (56, 60, "training"), (60, 70, "checkpoint_stall"), (70, 80, "queued"),
+    (80, 84, "starting"),
     (84, 100, "training"),
 ]
 T = at(0).timestamp()
@@ -41,9 +42,10 @@ def test_each_phase_counts_its_time_times_the_workers_held_over_it():
         (10, 12, 4), (12, 40, 4), (45, 46, 2), (46, 60, 2), (60, 70, 2), (80, 100, 2)]
     phases = phase_worker_seconds(spans(), held, at(0), at(200))
     assert phases == {
-        "queued": 2 * 10,  # PREEMPTING 60..70 still holds its 2 workers (it saves); QUEUED none
+        "queued": 0,  # QUEUED holds no worker
         "starting": 4 * 4 + 2 * 4, "data_wait": 4 * 2, "training": 4 * 14 + 2 * 5 + 2 * 4 + 2 * 16,
-        "eval": 2 * 1, "checkpoint_stall": 4 * 2, "lost": 4 * 8,
+        "eval": 2 * 1, "checkpoint_stall": 4 * 2 + 2 * 10,  # PREEMPTING 60..70 saves on its 2
+        "lost": 4 * 8,
         "recovering": 2 * 5,  # 40..45 RESTARTING holds nothing; 45..50 two workers
         "suspended": 0,
     }
@@ -74,7 +76,8 @@ def test_tenants_phases_goodput_and_the_cluster_total():
                             since=at(0), now=at(200), rows={"j-a": rows})
     a = found["a"]
     assert a.phases["training"] == pytest.approx(2 * 10)  # steps 2 and 3, on 2 workers
-    assert set(a.phases) == set(PHASES) and a.phases["queued"] == pytest.approx(2 * 10)
+    assert set(a.phases) == set(PHASES) and a.phases["queued"] == 0  # QUEUED holds no worker
+    assert a.phases["checkpoint_stall"] == pytest.approx(2 * 10)  # PREEMPTING 60..70 on 2
     assert sum(a.phases.values()) == pytest.approx(a.worker_seconds)
     assert a.goodput == pytest.approx(a.phases["training"] / (a.worker_seconds - a.phases["suspended"]))
     assert 0 < a.goodput < 1
