@@ -1,9 +1,11 @@
-"""A job's goodput phases on a real job over real HTTP (`brigade serve`, its
-own Ray head of 4 CPUs): one job that saves asynchronously, has
-a rank killed after a checkpoint, is preempted by a job of higher priority,
-is suspended and resumed, and is cancelled; its phases must show each of
-those, sum to its wall time, and read the same after the server restarts on
-the same database."""
+"""Where jobs' time goes, over real HTTP (`brigade serve`, its own Ray head of
+4 CPUs). Goodput: one job that saves asynchronously, has a rank killed after
+a checkpoint, is preempted by a job of higher priority, is suspended and
+resumed, and is cancelled; its phases must show each of those, sum to its
+wall time, and read the same after the server restarts on the same database.
+Expected start: job A holds every CPU and steps at a pace its rows show; job
+B waits behind it. B's expected start, read while A runs, is within 25% of
+when B really started, both counted from the read; `brigade status` shows it."""
 
 from __future__ import annotations
 
@@ -13,10 +15,16 @@ import time
 from datetime import datetime
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.e2e.serve_harness import Server
+from api.cli import app
+from tests.e2e.serve_harness import KEY, Server, spec
 
 pytestmark = pytest.mark.timeout(600)
+STEPS_A = 40
+# Steps slow enough (a few tenths of a second on 4 ranks) that A's remaining run, not the
+# fixed costs around it, is most of B's wait.
+MODEL = {"n_layers": 4, "d_model": 128, "n_heads": 4, "seq_len": 64}
 
 ENV = {
     "BRIGADE_RAY_NUM_CPUS": "4",
@@ -103,6 +111,48 @@ def test_a_killed_preempted_and_suspended_job_shows_each_phase_and_keeps_them_ac
     server.kill()
     server.start()
     assert server.get(f"/v1/jobs/{jid}/goodput") == got
+
+
+def test_a_job_behind_a_running_one_is_forecast_within_a_quarter_of_its_real_wait(server):
+    a = spec(STEPS_A, workers=4, name="holder", checkpoint={"every_steps": 20, "keep_last": 1})
+    a["model"] = MODEL
+    job_a = server.submit(a)
+    server.wait(job_a["id"], lambda j: j["state"] == "RUNNING" and j["step"] >= 8)
+    job_b = server.submit(spec(5, workers=4, name="behind"))
+    assert job_b["state"] == "QUEUED"
+
+    deadline = time.monotonic() + 30
+    while True:  # the forecast is remade every few seconds: B is in the next one
+        read_at = time.time()
+        seen = server.job(job_b["id"])
+        if seen["expected_start"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert seen["state"] == "QUEUED", seen
+    assert seen["expected_start"], seen
+    assert seen["expected_start_reason"] is None
+    predicted = datetime.fromisoformat(seen["expected_start"]).timestamp() - read_at
+
+    shown = CliRunner().invoke(app, ["status", job_b["id"]],
+                               env={"BRIGADE_URL": server.url, "BRIGADE_API_KEY": KEY})
+    assert shown.exit_code == 0, shown.output
+    assert "expected start" in shown.stdout and " s)" in shown.stdout, shown.stdout
+
+    server.wait(job_b["id"], lambda j: j["state"] != "QUEUED", timeout_s=120)
+    events = server.get(f"/v1/jobs/{job_b['id']}/events")
+    started = next(e for e in events if e["to_state"] == "STARTING")
+    real = at(started) - read_at
+    assert real > 3, f"A ended too soon after the read ({real:.1f} s) to measure anything"
+    rows = server.get(f"/v1/jobs/{job_a['id']}/metrics")
+    paces = [(r["step"], round(r["wall_time"] - read_at, 2), round(r["step_time_s"], 3))
+             for r in rows]
+    assert abs(predicted - real) <= 0.25 * real, (
+        f"predicted wait {predicted:.1f} s, real {real:.1f} s; A's steps (step, end since "
+        f"the read, step time): {paces}\n{server.event_lines(job_a['id'])}")
+    # Once it runs, no forecast is shown.
+    assert server.job(job_b["id"])["expected_start"] is None
+    assert server.http.post(f"/v1/jobs/{job_b['id']}/cancel").status_code == 200
+    _wait_cancelled(server, job_b["id"])
 
 
 def _wait_cancelled(server: Server, jid: str) -> dict:
