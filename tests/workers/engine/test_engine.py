@@ -28,12 +28,13 @@ def reference():
 def test_metrics_carry_every_named_field(reference):
     names = {"loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_bytes", "mem_theory_bytes",
              "comm_bytes", "comm_bytes_theory", "comm_bytes_by_op", "collectives", "comm_time_s",
-             "exposed_comm_s"}
+             "exposed_comm_s", "flops_per_token", "flops_per_s", "mfu"}
     assert [m["step"] for m in reference] == list(range(1, 7))
     for m in reference:
         assert names <= set(m)
         assert m["tokens_per_s"] > 0 and m["peak_mem_bytes"] > 0
         assert m["mem_theory_bytes"] == 16 * job().model.num_params()
+        assert m["flops_per_s"] > 0 and m["mfu"] is None  # no peak known on a CPU
 
 
 def test_loss_falls_on_the_builtin_corpus():
