@@ -12,7 +12,7 @@ from api.dashboard import install_dashboard
 from api.errors import install_error_handlers
 from api.rate_limit import RateLimiter
 from api.request_metrics import HTTP_METRICS, RequestMetrics
-from api.routes import audit, cluster, health, jobs, logs, tenants, usage
+from api.routes import audit, cluster, goodput, health, jobs, logs, tenants, usage
 from api.routes import data as data_routes
 from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
@@ -30,6 +30,7 @@ def create_app(supervisor) -> FastAPI:
     app.state.supervisor = supervisor
     app.state.admin_key = settings.resolved_admin_key()
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+    app.include_router(goodput.router)  # before a job's routes: /v1/jobs/goodput is no job's id
     for module in (jobs, logs, tenants, audit, cluster, usage, health):
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.routes.exports

@@ -110,6 +110,37 @@ class GoodputPublic(_Public):
     goodput: float | None  # None: no time outside suspensions yet
 
 
+class JobGoodputPublic(_Public):
+    """A listed job's goodput (`GoodputPublic` less the start-ups' sub-phases)."""
+
+    id: str
+    wall_s: float
+    phases: dict[str, float]
+    goodput: float | None
+
+
+class JobsGoodputPublic(BaseModel):
+    items: list[JobGoodputPublic]  # the jobs asked for that the caller may see, in its order
+
+
+class GoodputBucketPublic(_Public):
+    start: datetime
+    end: datetime
+    phases: dict[str, float]  # worker-seconds by goodput phase within [start, end)
+    goodput: float | None  # training / (held - suspended); None: no workers held
+
+
+class GoodputOverTime(BaseModel):
+    """The goodput of the caller's jobs (the admin's: every tenant's, or
+    `tenant`'s) in equal buckets of the window, oldest first."""
+
+    window_s: float
+    since: datetime
+    until: datetime
+    tenant: str | None  # None: every tenant
+    buckets: list[GoodputBucketPublic]
+
+
 class MetricRow(_Public):
     """One training step, as the ranks measured it (see the README)."""
 

@@ -426,3 +426,64 @@ def test_the_cluster_page_shows_when_a_queued_job_is_expected_to_start(server, b
     clean(browser, server)
     for job in (holder, behind):
         server.http.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, browser, tmp_path):
+    """A finished job's phases drawn as one bar whose pieces are its seconds from
+    `/v1/jobs/{id}/goodput`; its goodput in the jobs list; the cluster's over time."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    d = browser.driver
+
+    def now_text(css: str) -> str:  # read at once: the list's rows are rebuilt every 2 s
+        return d.execute_script("const e = document.querySelector(arguments[0]);"
+                                "return e ? e.textContent : '';", css)
+
+    d.delete_all_cookies()
+    sign_in(browser, server, KEY)
+    job = server.submit({**LLAMA, "name": "dash-goodput", "train": {"steps": 6, "global_batch_size": 4}})
+    assert server.wait(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
+                       timeout_s=180)["state"] == "SUCCEEDED"
+    own = server.get(f"/v1/jobs/{job['id']}/goodput")
+    assert own["phases"]["training"] > 0 and own["phases"]["starting"] > 0, own
+
+    d.get(server.url + f"/jobs/{job['id']}")
+    wait_for("the goodput bar", lambda: d.find_elements(By.CSS_SELECTOR, "#goodput-bar rect[data-phase]"))
+    rects = d.execute_script(  # read at once: a refresh replaces the elements
+        "return [...document.querySelectorAll('#goodput-bar rect[data-phase]')]"
+        ".map(r => [r.dataset.phase, Number(r.dataset.seconds), Number(r.getAttribute('width'))]);")
+    drawn = {phase: seconds for phase, seconds, _ in rects}
+    assert drawn == pytest.approx({p: s for p, s in own["phases"].items() if s > 0}, rel=1e-9), drawn
+    widths = {phase: width for phase, _, width in rects}
+    assert sum(widths.values()) == pytest.approx(1000, rel=1e-3)  # the bar is the wall time
+    assert widths["training"] == pytest.approx(1000 * own["phases"]["training"] / own["wall_s"], abs=0.01)
+    legend = text_of(browser, "#goodput-bar .phase-legend")
+    assert "training" in legend and "starting" in legend, legend
+    assert text_of(browser, "#goodput-figure") == f"goodput {100 * own['goodput']:.1f}%"
+    browser.screenshot(tmp_path / "job-goodput.png")
+    clean(browser, server)
+
+    d.get(server.url + "/")
+    cell = f"#jobs-table td.goodput[data-job-id='{job['id']}']"
+    assert wait_for("the goodput column", lambda: now_text(cell)) == f"{100 * own['goodput']:.1f}%"
+    assert "Goodput" in [th.text for th in d.find_elements(By.CSS_SELECTOR, "#jobs-table thead th")]
+    never_ran = [j["id"] for j in server.get("/v1/jobs?state=CANCELLED&limit=500")["items"]
+                 if j["workers"] is None and j["started_at"] is None]
+    for other in never_ran[:3]:  # blank where a job never ran
+        assert now_text(f"#jobs-table td.goodput[data-job-id='{other}']") == ""
+    browser.screenshot(tmp_path / "jobs-goodput.png")
+    clean(browser, server)
+
+    d.get(server.url + "/cluster")
+    Select(d.find_element(By.ID, "goodput-window")).select_by_value("3600,12")
+    wait_for("the goodput chart", lambda: d.find_elements(
+        By.CSS_SELECTOR, "#goodput-history rect[data-phase='training']"))
+    history = server.get("/v1/usage/goodput?window_s=3600&buckets=12")
+    shown = d.execute_script("return [...document.querySelectorAll('#goodput-history g.bucket')]"
+                             ".map(g => g.dataset.goodput);")
+    assert len(shown) == 12 and shown[-1] != ""  # the job just ran: the last bucket held workers
+    assert any(b["goodput"] for b in history["buckets"])
+    assert "Goodput over the window" in text_of(browser, "#goodput-history .chart-note")
+    browser.screenshot(tmp_path / "cluster-goodput.png")
+    clean(browser, server)

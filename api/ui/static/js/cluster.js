@@ -1,6 +1,7 @@
 "use strict";
 // The cluster: capacity against usage, the caller's queue with why each job
 // waits and when it is expected to start, and each tenant's fair share, quota use and data prefix; refreshed every 3 s.
+// The goodput of the caller's jobs over time (a window it picks), every 15 s.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, number, percent} = Brigade;
 
@@ -47,5 +48,15 @@ document.addEventListener("DOMContentLoaded", () => {
       el("td", {class: "num"}, limit(s.workers, s.quota.max_workers)),
       el("td", {class: "num"}, limit(s.gpu, s.quota.max_gpus)))), "No tenant.", 9);
   }
+  // Goodput over time (GET /v1/usage/goodput): the caller's jobs, every tenant's for the admin.
+  const windowPick = document.getElementById("goodput-window");
+  async function loadGoodput() {
+    const [windowS, buckets] = windowPick.value.split(",");
+    const report = await api("GET", `/v1/usage/goodput?window_s=${windowS}&buckets=${buckets}`);
+    Goodput.history(document.getElementById("goodput-history"), report);
+  }
+  windowPick.addEventListener("change", () => { loadGoodput(); });
+
   Brigade.every(3000, load);
+  Brigade.every(15000, loadGoodput);
 });

@@ -215,10 +215,23 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
 
+  // Where the job's time went since submit (GET .../goodput): a stacked bar of its phases,
+  // redrawn every 10 s while the job runs (it reads every row: a long job's take a while)
+  // and once more when it has ended.
+  let goodputAt = 0;
+  async function loadGoodput() {
+    if (!TERMINAL.has(job.state) && Date.now() - goodputAt < 10000) return;
+    goodputAt = Date.now();
+    const g = await api("GET", `${base}/goodput`);
+    document.getElementById("goodput-figure").textContent =
+      g.goodput === null ? "" : `goodput ${Goodput.percent(g.goodput, 1)}`;
+    Goodput.bar(document.getElementById("goodput-bar"), g);
+  }
+
   let stop = null;
   async function refresh() {
     await loadJob();
-    await Promise.all([loadSeries(), loadTables()]);
+    await Promise.all([loadSeries(), loadTables(), loadGoodput()]);
     if (TERMINAL.has(job.state) && stop) stop();
   }
   stop = Brigade.every(2000, refresh);

@@ -1,7 +1,8 @@
 "use strict";
 // The jobs page: a filtered, paged list that refreshes its states every 2 s.
 // Each job's kind (training, or a dataset's preparation) and latest loss come
-// with the list itself (`latest_loss` on each job: no request per job).
+// with the list itself (`latest_loss` on each job: no request per job); the
+// goodput of the page's jobs, with one more request for the page.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, badge, number, time} = Brigade;
   const stateFilter = document.getElementById("state-filter");
@@ -32,6 +33,23 @@ document.addEventListener("DOMContentLoaded", () => {
     return p;
   }
 
+  // Goodput for the page's jobs that ever ran (a launch sets `workers`), in one request
+  // (GET /v1/jobs/goodput; the server keeps a finished job's); blank for the others.
+  const goodput = new Map();
+  async function loadGoodput(jobs) {
+    const ran = jobs.filter((j) => j.workers !== null || j.started_at).map((j) => j.id);
+    if (!ran.length) return;
+    const found = await api("GET", "/v1/jobs/goodput?id=" + encodeURIComponent(ran.join(",")));
+    for (const g of found.items) {
+      goodput.set(g.id, g.goodput === null ? "" : `${(100 * g.goodput).toFixed(1)}%`);
+      const cell = tbody.querySelector(`td.goodput[data-job-id="${CSS.escape(g.id)}"]`);
+      if (cell) {
+        cell.textContent = goodput.get(g.id);
+        cell.title = `wall ${g.wall_s.toFixed(1)} s; training ${g.phases.training.toFixed(1)} s`;
+      }
+    }
+  }
+
   async function load() {
     const p = params();
     history.replaceState(null, "", "/?" + p.toString());
@@ -52,11 +70,13 @@ document.addEventListener("DOMContentLoaded", () => {
       el("td", {class: "num loss hide-narrow"}, loss),
       el("td", {class: "num hide-narrow"}, job.workers ?? "-"),
       el("td", {class: "num hide-narrow"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
+      el("td", {class: "num goodput hide-narrow", "data-job-id": job.id}, goodput.get(job.id) ?? ""),
       el("td", {class: "hide-narrow"}, time(job.created_at)),
       el("td", {class: "note hide-narrow"}, job.waiting || job.error || ""),
       );
     });
     fill(tbody, rows, "No jobs match.", columns);
+    await loadGoodput(page.items);
     const limit = page.limit;
     const first = total ? page.offset + 1 : 0;
     const last = Math.min(total, page.offset + page.items.length);
