@@ -28,7 +28,7 @@ test: $(STAMP)
 # 100 jobs of 4 tenants under faults (tests/soak, about 5 minutes): out of `make test`, which it
 # would take past its 20 minutes; .ci/run runs it after the suite.
 soak: $(STAMP)
-	$(BIN)/python -m pytest -q -m soak tests/soak
+	$(BIN)/python -m pytest -q -rP -m soak tests/soak  # -rP: the report, passed or not
 
 # Style, likely bugs and import order (ruff), types (mypy), and who may import
 # whom (import-linter: the layers of docs/architecture.md; torch and ray out of the API process

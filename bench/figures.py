@@ -17,6 +17,7 @@ TITLES = {
     "startup": "Start-up: submit -> first step vs Ray Train's TorchTrainer",
     "rank_start": "Rank processes: forked from the fork server vs started cold",
     "recovery": "Recovery after a rank is killed",
+    "goodput": "Goodput under faults",
     "api": "API: requests/s vs a bare FastAPI peer, latency at 100 clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
     "forecast": "When a queued job will start",

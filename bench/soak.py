@@ -56,6 +56,9 @@ def run(args) -> Figure:
                         f"{t.max_running_jobs} running, priority <= {t.max_priority})" for t in TENANTS)
     configs = ", ".join(f"{name}: {layers} layer(s), {steps} steps, checkpoint every {every}"
                         for name, (layers, steps, every) in CONFIGS.items())
+    held = ", ".join(f"{p} {v:g}" for p, v in r["goodput"]["phases_worker_s"].items() if v)
+    costs = ", ".join(f"{kind} {c['median_s']} s / {c['max_s']} s ({c['attempts_ended']})"
+                      for kind, c in r["fault_cost_s"].items())
     peaks = ", ".join(f"{t} {v['workers']}, {v['jobs']}" for t, v in r["peak_held"].items())
     lines = [
         f"`brigade serve` with its own Ray head (4 logical CPUs on these 2 cores), the chaos tests' "
@@ -89,6 +92,22 @@ def run(args) -> Figure:
         f"| samples: quota (API) / rank actors (Ray) | {r['quota_samples']} / {r['ray_samples']} "
         f"({r['pooled_ranks_seen']} sightings of a warm rank tied to its job by its own answer) |",
         f"| peak held (workers, jobs) | {peaks} |",
+        f"| goodput of the soak's tenants (training / held worker-seconds) | {r['goodput']['goodput']} "
+        f"of {r['goodput']['worker_seconds']:g} worker-s ({held}) |",
+        f"| a job's goodput (training / wall time since submit), median over the jobs | "
+        f"{r['job_goodput_median']} |",
+        f"| a fault's cost, lost + recovering (median / max, attempts it ended) | {costs} |",
+        "",
+        "Goodput and a fault's cost come from the service's own phases "
+        "(`GET /v1/usage`, `GET /v1/jobs/{id}/goodput`: service/observability/goodput.py). The "
+        "cluster's is in worker-seconds over the soak's four tenants (the reference runs left out): "
+        "queued time holds no worker and counts nothing; a job's own counts its wall time from "
+        "submit, the queue included. A fault's cost is the `lost` + `recovering` seconds of the "
+        "attempt it ended (tests/soak/soak_goodput.py): a rank's signal ended the attempt of the job "
+        "it hit that was in progress when it was sent, from that attempt's start to the next "
+        "attempt's first new step; a server restart or the full disk ended any job's attempt that "
+        "entered RESTARTING from the fault to 10 s after it was over, that no rank signal explains "
+        "(none: a cost of 0).",
         "",
         "Recovery time is the rows' `recovery_s` (failure seen, or the notice, to the end of the "
         "first new step; preemptions by the scheduler count too); lost steps the rows' `lost_steps`. "
@@ -110,7 +129,8 @@ def run(args) -> Figure:
         command=(f".venv/bin/python -m bench.soak --jobs {plan.jobs} --over {plan.submit_over_s:g} "
                  f"--kills {plan.sigkills} --terms {plan.sigterms} --seed {plan.seed}"),
         body="\n".join(lines) + "\n",
-        headline=(f"{r['jobs']} jobs, {sum(r['faults'].values())} faults, "
+        headline=(f"{r['jobs']} jobs, {sum(r['faults'].values())} faults, goodput "
+                  f"{r['goodput']['goodput']} (worker-s), "
                   f"{sum(r['recoveries'].values())} recoveries (median {r['recovery_s_median']} s, "
                   f"max {r['recovery_s_max']} s), {r['lost_steps']} lost steps"),
         goals=[Goal("every soak check holds", f"{len(result.problems)} problems", not result.problems)],

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.chaos.chaos_harness import ENV, RayProbe, alive, tmpfs
 from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.soak.soak_checks import check_events, check_final, check_losses, check_rows, report
 from tests.soak.soak_client import SoakClient
+from tests.soak.soak_goodput import RANK_SIGNALS, check_goodput, cluster_goodput, cost_by_kind, fault_costs
 from tests.soak.soak_plan import TENANTS, SoakPlan, job_spec
 from tests.soak.soak_threads import POOL, Chaos, Observations, QuotaSampler, RaySampler, Submitter
 
@@ -205,6 +207,7 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
     problems += _leftovers(probe, obs)
     faults = obs.faults
     summary = report(jobs, obs.submitted, {i: rows[i] for i in obs.submitted}, faults, seconds, events)
+    problems += _price_faults(summary, admin, obs, by_id, events, rows, seconds)
     summary["quota_samples"], summary["ray_samples"] = obs.quota_samples, obs.ray_samples
     summary["pooled_ranks_seen"] = obs.pooled_ranks_seen
     summary["references"] = len(obs.references)
@@ -219,6 +222,37 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
         problems.append("the Ray sampler tied no warm (pooled) rank to a job: its per-job and "
                         "per-tenant counts missed the ranks that came from the pool")
     return SoakResult(plan, summary, problems)
+
+
+def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: dict[str, dict],
+                  events: dict[str, list[dict]], rows: dict[str, list[dict]], seconds: float) -> list[str]:
+    """Every soak job's goodput (its phases checked), the cluster's in
+    worker-seconds and each fault kind's cost (soak_goodput.py) into the
+    report; the problems: a job's phases off, a goodput outside 0..1, a kind
+    of rank signal that fired and cost nothing."""
+    problems = []
+    goodputs = {}
+    for job_id in obs.submitted:
+        if job_id in by_id:
+            goodputs[job_id] = admin.get(f"/v1/jobs/{job_id}/goodput")
+            problems += check_goodput(by_id[job_id], goodputs[job_id])
+    usage = admin.get("/v1/usage", window_s=seconds + 600)  # the whole soak, and then some
+    cluster = cluster_goodput(usage, {t.name for t in TENANTS})
+    priced = fault_costs(obs.faults, by_id, events, rows)
+    costs = cost_by_kind(priced)
+    summary["goodput"] = cluster
+    summary["job_goodput_median"] = round(statistics.median(
+        g["goodput"] for g in goodputs.values() if g["goodput"] is not None), 4) if goodputs else None
+    summary["fault_cost_s"] = costs
+    if cluster["goodput"] is None or not 0.0 < cluster["goodput"] < 1.0:
+        problems.append(f"the soak tenants' goodput in worker-seconds is {cluster['goodput']}, "
+                        f"not within (0, 1): {cluster}")
+    for kind in RANK_SIGNALS:
+        if kind in costs and not costs[kind]["median_s"] > 0:
+            problems.append(f"{kind}: {costs[kind]['faults']} fired and their median cost "
+                            f"(lost + recovering) is {costs[kind]['median_s']} s: "
+                            f"{[f for f in priced if f['kind'] == kind]}")
+    return problems
 
 
 def _leftovers(probe: RayProbe, obs: Observations, within_s: float = 30) -> list[str]:

@@ -239,8 +239,10 @@ class Chaos(Loop):
                         os.kill(victim["pid"], signal.SIGKILL if fault.kind == "sigkill" else signal.SIGTERM)
                     except ProcessLookupError:
                         continue  # it ended meanwhile: pick again
+                    killed_at = time.time()  # what the fault's cost is counted from (soak_goodput.py)
                     self.hits[job["id"]] += 1
                     return {"job": job["id"], "rank": victim["rank"], "pid": victim["pid"],
+                            "killed_at": killed_at,
                             "step": job["step"], "steps": job["spec"]["train"]["steps"]}
             time.sleep(0.2)
         return {"skipped": "no running job to hit within 60 s"}

@@ -7,7 +7,10 @@ fills the checkpoint disk (a tmpfs) once. Then every job is SUCCEEDED on its
 uninterrupted reference curve, or FAILED for the bad data it was given on
 purpose; none lost, none twice, none stuck; every step's metrics row once;
 no tenant over its quota at any sample; nothing left on Ray; every job's
-events a legal path through the state machine (tests/soak/soak_checks.py).
+events a legal path through the state machine (tests/soak/soak_checks.py);
+every job's goodput phases summing to its wall time within 2%, and the faults
+priced: the cluster's goodput in worker-seconds and each fault kind's median
+cost, `lost` + `recovering` of the attempts it ended (tests/soak/soak_goodput.py).
 
 Seeded (the job mix and the fault schedule); `python -m bench.soak` runs a
 longer one.
@@ -38,4 +41,6 @@ def test_a_hundred_jobs_of_four_tenants_survive_the_chaos_thread(tmp_path):
     assert r["faults"] == {"disk_full": 1, "serve_restart": 2, "sigkill": 6, "sigterm": 3}, r
     assert r["restarts"] >= 1 and r["preemptions"] >= 1, r  # counters: an early kill has no recovery row
     assert r["failed_saves"] >= 1, r
+    assert 0 < r["goodput"]["goodput"] < 1, r["goodput"]  # (the checks say the same, with why)
+    assert all(r["fault_cost_s"][kind]["median_s"] > 0 for kind in ("sigkill", "sigterm")), r
     print(result.report)
