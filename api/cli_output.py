@@ -34,6 +34,8 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, datetime):  # a field taken out of a model (`brigade status`'s)
+        return value.isoformat()
     return value
 
 

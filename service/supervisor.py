@@ -215,11 +215,12 @@ class Supervisor:
         """Why a queued job did not start at the latest scheduling pass."""
         return self.admission.waiting.get(job_id)
 
-    def expected_start(self, job_id: str) -> tuple[datetime | None, str | None]:
+    def expected_start(self, job_id: str, *, made: bool = False) -> tuple[datetime | None, str | None]:
         """(when the queued job is expected to start, why none is given);
-        (None, None) for a job not queued."""
+        (None, None) for a job not queued. `made`: from the forecast the loop
+        made last, reading nothing (a route on the event loop)."""
         try:
-            forecast = self.forecasts.of(job_id)
+            forecast = self.forecasts.of(job_id, made=made)
         except Exception as e:  # a forecast that fails must not fail the job's read
             logger.exception("the start forecast failed")
             return None, f"the forecast failed: {e}"
@@ -312,6 +313,10 @@ class Supervisor:
                 self._admit()
             except Exception:
                 logger.exception("admission pass failed")
+            try:  # queued jobs' expected starts, remade when stale (what a job's read shows)
+                self.forecasts.all()
+            except Exception:
+                logger.exception("the start forecast failed")
             if self.settings.job_retention_days is not None and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + RETENTION_SWEEP_S
                 try:

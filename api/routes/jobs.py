@@ -95,7 +95,10 @@ async def get_job(job: OwnedJob, supervisor: SupervisorDep) -> Response:
     public = JobPublic.model_validate(job)
     public.waiting = supervisor.waiting_reason(job.id)
     if job.state is JobState.QUEUED:  # a forecast made a moment ago may still name a job since started
-        public.expected_start, public.expected_start_reason = supervisor.expected_start(job.id)
+        # the one the supervisor's loop made last: this route runs on the event loop and
+        # must not wait for the database (tests/api/test_job_pages.py)
+        public.expected_start, public.expected_start_reason = supervisor.expected_start(
+            job.id, made=True)
     return json_of(public)
 
 

@@ -88,8 +88,13 @@ class StartForecasts:
         self._made: tuple[float, dict[str, Forecast]] | None = None
         self._lock = threading.Lock()
 
-    def of(self, job_id: str) -> Forecast | None:
-        """The queued job's forecast; None for a job not queued (as of the latest forecast)."""
+    def of(self, job_id: str, *, made: bool = False) -> Forecast | None:
+        """The queued job's forecast; None for a job not queued (as of the latest forecast).
+        `made`: the latest forecast as it is, never a new one (no store read: what a
+        route on the event loop may call; the supervisor's loop keeps it fresh)."""
+        if made:
+            latest = self._made
+            return None if latest is None else latest[1].get(job_id)
         return self.all().get(job_id)
 
     def all(self) -> dict[str, Forecast]:

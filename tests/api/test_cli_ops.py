@@ -80,7 +80,8 @@ def test_status_and_metrics_show_mfu_or_flops_alone(brigade, client, store):
     store.update_job(cpu.id, step=1)
     line = [ln for ln in brigade("status", gpu.id).stdout.splitlines() if ln.startswith("mfu")]
     assert line and line[0].split()[1:] == ["41.4%", "(410", "TFLOP/s", "per", "rank)"]
-    assert json.loads(brigade("status", gpu.id, "-o", "json").stdout)["mfu"] == 0.4143
+    shown = json.loads(brigade("status", gpu.id, "-o", "json").stdout)  # a queued job's, as JSON
+    assert shown["mfu"] == 0.4143 and {"expected_start", "expected_start_reason"} <= set(shown)
     line = [ln for ln in brigade("status", cpu.id).stdout.splitlines() if ln.startswith("mfu")]
     assert line and line[0].split()[1:] == ["2.5", "GFLOP/s", "per", "rank"]  # a CPU: no peak
     header = brigade("metrics", gpu.id).stdout.splitlines()[0]
@@ -194,3 +195,12 @@ def test_version_and_completion(brigade):
     )
     assert "complete -o default -F" in shown.stdout and "_BRIGADE_COMPLETE" in shown.stdout, (
         shown.stdout, shown.stderr)
+
+
+def test_json_output_writes_a_time_taken_out_of_a_model_as_iso():
+    from datetime import UTC, datetime
+
+    from api.cli_output import plain
+
+    when = datetime(2026, 12, 3, 13, 0, tzinfo=UTC)
+    assert json.dumps(plain({"expected_start": when})) == '{"expected_start": "2026-12-03T13:00:00+00:00"}'

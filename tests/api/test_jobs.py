@@ -46,7 +46,11 @@ def test_a_retried_submit_returns_the_same_job(http, client):
 
 
 def test_get_returns_the_job(client, job):
-    assert client.get(job.id) == job
+    got = client.get(job.id)
+    # A read of a queued job adds the supervisor's latest forecast (when it is expected to
+    # start, or why not known), which the submit's answer does not carry.
+    forecast = {"expected_start", "expected_start_reason"}
+    assert got.model_dump(exclude=forecast) == job.model_dump(exclude=forecast)
 
 
 def test_list_pages_newest_first(client):
