@@ -168,7 +168,7 @@ class Supervisor:
         jobs = [j for j in self.store.jobs_changed_since(since, ACTIVE)
                 if tenant is None or j.tenant == tenant]
         events = self.store.events_of(j.id for j in jobs)
-        rows = {j.id: phase_rows(self.store, j.id) for j in jobs if j.attempt}  # launched: has rows
+        rows = {j.id: phase_rows(self.store, j) for j in jobs}
         names = [tenant] if tenant else [t.name for t in self.store.tenants.list()]
         return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names,
                                                 rows=rows).values())

@@ -97,7 +97,7 @@ def jobs_goodput(store, jobs: Iterable[JobRecord], now: datetime,
             todo.append(job)
     events = store.events_of(j.id for j in todo)
     for job in todo:
-        rows = phase_rows(store, job.id) if job.attempt else []
+        rows = phase_rows(store, job)
         found[job.id] = job_goodput(job, events.get(job.id, []), rows, now)
         kept.put(job, found[job.id])
     return found
@@ -118,7 +118,7 @@ def goodput_over_time(store, tenant: str | None, since: datetime, now: datetime,
         held = held_stretches(job_events, now, fallback=job.spec.min_workers)
         if not held:
             continue  # held no workers: 0 in every phase of every bucket
-        rows = phase_rows(store, job.id) if job.attempt else []
+        rows = phase_rows(store, job)
         spans = phase_intervals(job, job_events, rows, now)
         first, last = held[0][0], held[-1][1]
         for i, total in enumerate(totals):

@@ -103,7 +103,7 @@ class PhaseSecondsCollector(Collector):
                 if job.finished_at is None or job.finished_at >= self._looked]
         events = self.store.events_of(job.id for job in jobs)
         for job in jobs:
-            rows = phase_rows(self.store, job.id) if job.attempt else []  # never launched: no rows
+            rows = phase_rows(self.store, job)
             self.tally.count(job.id, job.tenant, phase_intervals(job, events.get(job.id, []), rows, now))
             if job.finished_at is not None:
                 self._finished[job.id] = job.finished_at

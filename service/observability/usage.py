@@ -96,12 +96,15 @@ def usage_by_tenant(
     return dict(sorted(found.items()))
 
 
-def phase_rows(store, job_id: str) -> list[dict]:
+def phase_rows(store, job: JobRecord) -> list[dict]:
     """The job's metrics rows with only the fields its phase intervals read
-    (the database picks them out of each row's JSON: far less to load)."""
+    (the database picks them out of each row's JSON: far less to load); none
+    read for a job never launched (it has no rows)."""
+    if not job.attempt:
+        return []
     return [{name: value for name, value in zip(INTERVAL_FIELDS, values, strict=True)
              if value is not None}
-            for _, *values in store.metric_columns(job_id, INTERVAL_FIELDS)]
+            for _, *values in store.metric_columns(job.id, INTERVAL_FIELDS)]
 
 
 def cluster_usage(usages: Iterable[TenantUsage]) -> TenantUsage:

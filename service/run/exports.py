@@ -110,20 +110,12 @@ class ExportService:
         return ExportStarted(ident, step, dtype, kind, "writing")
 
     def _check_kind(self, job: JobRecord, kind: str) -> None:
-        """Refuse a kind the job's checkpoints cannot make (a 422 at `kind`)."""
-        if job.spec.adapter is None:
-            if kind != "model":
-                raise ExportRefused(422, f"kind: job {job.id} trains every weight: export kind "
-                                         f"'model', not {kind!r}", "kind")
-            return
-        if kind == "model":
-            raise ExportRefused(422, f"kind: job {job.id} trains a LoRA adapter: its "
-                                     "checkpoints hold only the adapters: use 'adapter' or "
-                                     "'merged'", "kind")
-        problem = export_problem(kind, job.spec.adapter.model_dump(mode="json"),
-                                 self._base_uri(job))
+        """Refuse a kind the job's checkpoints cannot make (a 422 at `kind`), by
+        the export's own rules (`export_problem`)."""
+        adapter = None if job.spec.adapter is None else job.spec.adapter.model_dump(mode="json")
+        problem = export_problem(kind, adapter, self._base_uri(job))
         if problem is not None:
-            raise ExportRefused(422, f"kind: {problem}", "kind")
+            raise ExportRefused(422, f"kind: job {job.id}: {problem}", "kind")
 
     def after_run(self, job: JobRecord) -> None:
         """A job whose runner ended: export its final checkpoint if it succeeded (an

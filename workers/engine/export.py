@@ -75,7 +75,7 @@ def export_problem(kind: str, adapter: dict[str, Any] | None, base_uri: str | No
         return None
     if kind == "model":
         return ("an adapter job's checkpoints hold its adapters alone, not a whole model: "
-                "export kind 'adapter' (a PEFT adapter) or 'merged' (the base with them merged)")
+                "export kind 'adapter' or 'merged' (a PEFT adapter, or the base with them merged)")
     if kind == "merged" and not base_uri:
         return ("a merged export adds the adapters to the base's weights, and this job's base "
                 "was seeded, not read from Hugging Face files (no init.uri): export kind "
