@@ -45,6 +45,7 @@ KEY_HASH_LENGTH = 64  # sha256, hex
 AUDIT_ACTION_LENGTH = 32
 AUDIT_TARGET_LENGTH = 128
 AUDIT_CLIENT_LENGTH = 64  # an IPv6 address and a port fit
+REPLICA_LENGTH = 128  # a replica's name: host, pid and a random part
 
 # Row ids that may grow past 2**31 over a service's life; SQLite only
 # autoincrements an INTEGER primary key (its rowid).
@@ -120,6 +121,8 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # the loss of the newest metrics row that has one (0007): what the jobs list shows
     latest_loss: Mapped[float | None] = mapped_column(Float)
+    # the sweep this job is a trial of (0008); None: a job of its own
+    sweep: Mapped[str | None] = mapped_column(String(ID_LENGTH), index=True)
 
     def to_record(self) -> JobRecord:
         return job_record(self)
@@ -150,7 +153,7 @@ def job_row_record(row: Any) -> JobRecord:
     an ORM object costs ~30)."""
     (id_, tenant, name, state, spec, priority, workers, requested_workers, step, restarts,
      preemptions, checkpoint_step, checkpoint_world_size, attempt, error, idempotency_key,
-     created_at, started_at, finished_at, updated_at, latest_loss) = row
+     created_at, started_at, finished_at, updated_at, latest_loss, sweep) = row
     checkpoint = None
     if checkpoint_step is not None:
         checkpoint = {"step": checkpoint_step, "world_size": checkpoint_world_size}
@@ -160,7 +163,7 @@ def job_row_record(row: Any) -> JobRecord:
         requested_workers=requested_workers, step=step, restarts=restarts,
         preemptions=preemptions, latest_checkpoint=checkpoint, attempt=attempt, error=error,
         idempotency_key=idempotency_key, created_at=created_at, started_at=started_at,
-        finished_at=finished_at, updated_at=updated_at, latest_loss=latest_loss,
+        finished_at=finished_at, updated_at=updated_at, latest_loss=latest_loss, sweep=sweep,
     )
 
 
@@ -177,7 +180,7 @@ def job_record(job: Any) -> JobRecord:
         preemptions=job.preemptions, latest_checkpoint=checkpoint, attempt=job.attempt,
         error=job.error, idempotency_key=job.idempotency_key, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, updated_at=job.updated_at,
-        latest_loss=job.latest_loss,
+        latest_loss=job.latest_loss, sweep=job.sweep,
     )
 
 
@@ -205,12 +208,15 @@ class JobEvent(_JobHistory, Base):
     reason: Mapped[str] = mapped_column(Text)
     # the world size the job holds after this event; None: no workers (0003)
     workers: Mapped[int | None] = mapped_column(Integer)
+    # the control-plane replica that wrote it (0009); None: before replicas were named
+    replica: Mapped[str | None] = mapped_column(String(REPLICA_LENGTH))
 
     def to_record(self) -> EventRecord:
         return EventRecord(
             id=self.id, job_id=self.job_id, time=self.time,
             from_state=None if self.from_state is None else JobState(self.from_state),
             to_state=JobState(self.to_state), reason=self.reason, workers=self.workers,
+            replica=self.replica,
         )
 
 
@@ -291,8 +297,68 @@ class AuditEvent(Base):
     target: Mapped[str | None] = mapped_column(String(AUDIT_TARGET_LENGTH), nullable=True)
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
     client: Mapped[str | None] = mapped_column(String(AUDIT_CLIENT_LENGTH), nullable=True)
+    # the control-plane replica that wrote it (0009)
+    replica: Mapped[str | None] = mapped_column(String(REPLICA_LENGTH), nullable=True)
 
     def to_record(self) -> AuditRecord:
         return AuditRecord(id=self.id, time=self.time, actor=self.actor, tenant=self.tenant,
                            action=self.action, target=self.target, detail=dict(self.detail),
-                           client=self.client)
+                           client=self.client, replica=self.replica)
+
+
+class Sweep(Base):
+    """A hyperparameter sweep (0008): its spec as submitted (the base job spec,
+    the space, the sampler, the objective, the pruner: `workers.spec.sweep`),
+    its state, and the Optuna study that searches it (kept in its own storage,
+    `service.sweeps`). Its trials are jobs (`jobs.sweep`) and `sweep_trials`."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (UniqueConstraint("tenant", "idempotency_key"),
+                      Index(None, "tenant", "created_at"), Index(None, "state"))
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH))
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    state: Mapped[str] = mapped_column(String(STATE_LENGTH))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    study: Mapped[str] = mapped_column(String(NAME_LENGTH))  # the Optuna study's name
+    error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(IDEMPOTENCY_KEY_LENGTH))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class SweepTrial(Base):
+    """One trial of a sweep (0008), numbered as Optuna numbers it: the point
+    sampled, the job that runs it (None for a point whose spec was refused:
+    `error` holds the 422's message), its state, objective and pruned step."""
+
+    __tablename__ = "sweep_trials"
+
+    sweep_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(STATE_LENGTH))
+    objective: Mapped[float | None] = mapped_column(Float)
+    pruned_step: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class LeaderLease(Base):
+    """The control plane's leader lease (0009, `service.leadership`): one row
+    per lease name; who holds it, until when (the database's clock), and the
+    fencing token, raised by one at every change of holder, that every write
+    of the leader's is checked against."""
+
+    __tablename__ = "leader_lease"
+
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(REPLICA_LENGTH))
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

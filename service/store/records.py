@@ -100,6 +100,7 @@ class JobRecord:
     finished_at: datetime | None
     updated_at: datetime
     latest_loss: float | None = None  # the newest metrics row's loss; None: none yet
+    sweep: str | None = None  # the sweep this job is a trial of; None: a job of its own
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -117,6 +118,7 @@ class EventRecord:
     to_state: JobState
     reason: str
     workers: int | None = None  # the world size held after it; None: no workers
+    replica: str | None = None  # the control-plane replica that wrote it
 
 
 @dataclass(frozen=True)
@@ -149,3 +151,4 @@ class AuditRecord:
     target: str | None  # the job's or the tenant's id
     detail: dict[str, Any]
     client: str | None  # the client's address as the API saw it
+    replica: str | None = None  # the control-plane replica that wrote it
