@@ -155,7 +155,7 @@ def core_docs() -> list[dict]:
 def test_kubernetes_objects_match_the_kubernetes_schemas(version):
     docs = core_docs()
     assert {d["kind"] for d in docs} >= {"Namespace", "Secret", "ServiceAccount", "Deployment",
-                                         "Service", "NetworkPolicy"}
+                                         "Service", "NetworkPolicy", "PodDisruptionBudget"}
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
 
@@ -375,15 +375,29 @@ def test_every_secret_key_referenced_exists_and_secrets_are_marked_placeholders(
         assert "CHANGE_ME" in data[key], f"{key}: a clearly marked placeholder"
 
 
-def test_brigade_deployment_is_a_single_recreated_replica_pointing_at_the_head():
+def test_brigade_deployment_is_two_replicas_rolled_one_at_a_time_pointing_at_the_head():
     docs = kuberay_docs()
     rc = raycluster()
     deployment = one(docs, "Deployment", "brigade")
-    # One supervisor at a time: a rolling update would overlap two.
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas, one leading (the lease in the database); an upgrade starts a
+    # new one beside the old ones and never takes one away before it is ready.
+    assert deployment["spec"]["replicas"] == 2
+    strategy = deployment["spec"]["strategy"]
+    assert strategy["type"] == "RollingUpdate"
+    assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     container = containers(deployment["spec"]["template"])[0]
     env = env_of(container)
+    assert float(env["BRIGADE_LEASE_S"]["value"]) > 0
+    # each replica named by its pod (in /readyz, events and audit rows)
+    assert env["BRIGADE_REPLICA_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # replicas share the job store, so it is Postgres, from the secret
+    assert secret_ref(env, "BRIGADE_DATABASE_URL") == ("brigade", "database-url")
+    assert "postgresql" in one(docs, "Secret", "brigade")["stringData"]["database-url"]
+    # a follower is ready (it serves the API): readiness is /readyz, which both roles pass
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    terms = spread["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     host, port = env["BRIGADE_RAY_ADDRESS"]["value"].rsplit(":", 1)
     head_port = rc["spec"]["headGroupSpec"]["rayStartParams"].get("port", "6379")
     assert host.split(".")[0] == f"{rc['metadata']['name']}-head-svc"  # KubeRay's name for it
@@ -398,6 +412,19 @@ def test_brigade_deployment_is_a_single_recreated_replica_pointing_at_the_head()
         assert f'.get("{path}"' in routes, f"{probe}: no route {path} in api/routes"
     security = deployment["spec"]["template"]["spec"]["securityContext"]
     assert security["runAsNonRoot"] is True
+
+
+def test_a_disruption_budget_keeps_one_brigade_replica_up():
+    docs = kuberay_docs()
+    budget = one(docs, "PodDisruptionBudget", "brigade")
+    deployment = one(docs, "Deployment", "brigade")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"] == {"minAvailable": 1, "selector": budget["spec"]["selector"]}
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selects(budget["spec"]["selector"], labels)  # it covers Brigade's pods
+    ray_labels = [t.get("metadata", {}).get("labels", {}) for _, t in ray_templates(raycluster())]
+    assert not any(selects(budget["spec"]["selector"], lb) for lb in ray_labels)  # and only them
+    assert budget["spec"]["minAvailable"] < deployment["spec"]["replicas"]  # a drain can proceed
 
 
 def test_brigade_service_exposes_only_the_api_port():
@@ -428,6 +455,9 @@ def test_the_deployment_environment_makes_a_production_settings(monkeypatch, tmp
     env = {}
     for entry in containers(one(docs, "Deployment", "brigade")["spec"]["template"])[0]["env"]:
         ref = entry.get("valueFrom", {}).get("secretKeyRef")
+        if entry.get("valueFrom", {}).get("fieldRef"):  # the pod's own name, as Kubernetes gives it
+            env[entry["name"]] = "brigade-6f9c8d7b5-x2x9q"
+            continue
         env[entry["name"]] = data[ref["key"]] if ref else entry["value"]
     env["BRIGADE_DATA_DIR"] = str(tmp_path)
     settings = settings_from({k: v for k, v in env.items() if k.startswith("BRIGADE_")}, monkeypatch)

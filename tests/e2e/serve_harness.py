@@ -22,13 +22,15 @@ TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 class Server:
     """`brigade serve` on a free loopback port; restartable on the same data dir.
     `ray_address` joins that cluster instead of starting one; `env` adds to
-    (or overrides) the server's environment, e.g. BRIGADE_DATABASE_URL."""
+    (or overrides) the server's environment, e.g. BRIGADE_DATABASE_URL;
+    `own_group` starts it in a process group of its own (signalled as one)."""
 
     def __init__(self, data_dir: Path, *, ray_address: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, own_group: bool = False):
         self.data_dir = data_dir
         self.ray_address = ray_address
         self.extra_env = dict(env or {})
+        self.own_group = own_group
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.started = False
@@ -64,7 +66,8 @@ class Server:
                "--port", str(self.port), "--data-dir", str(self.data_dir)]
         if self.ray_address:
             cmd += ["--ray-address", self.ray_address]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=self.own_group)
         log.close()
         deadline = time.monotonic() + 120
         while True:

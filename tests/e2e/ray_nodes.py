@@ -1,0 +1,204 @@
+"""A Ray cluster of `ray start` processes on this machine, for the tests that
+need one of their own (a head, worker nodes; token auth on, with a token of
+the cluster's own): tests/e2e/test_multinode.py, the replicas' shared head
+(tests/e2e/replica_harness.py). Each node runs in a session of its own and is
+stopped by its own processes, never by `ray stop` (which would end every Ray
+process on the machine, the suite's own cluster too)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workers.engine.distributed import free_port
+
+RAY = str(Path(sys.executable).with_name("ray"))
+NODE_START_TIMEOUT_S = 60
+# The GCS declares a silent node dead after ~3 s instead of Ray's default ~30 s.
+FAST_HEALTH_CHECKS = {
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+# -- processes ------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def _descendants(root: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every live process under `root`, root included."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _proc_stat(int(entry))):
+            children.setdefault(stat[0], []).append((int(entry), stat[1]))
+    found, todo = [], [root]
+    if stat := _proc_stat(root):
+        found.append((root, stat[1]))
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _kill_all(processes: list[tuple[int, int]]) -> None:
+    """SIGKILL each process that is still the one recorded (same start time)."""
+    for pid, started in processes:
+        stat = _proc_stat(pid)
+        if stat and stat[1] == started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1 and (stat := _proc_stat(pid)):
+        chain.append(pid)
+        pid = stat[0]
+    return chain
+
+
+# -- the cluster ----------------------------------------------------------------
+
+
+class RayNode:
+    def __init__(self, name: str, proc: subprocess.Popen, log: Path):
+        self.name, self.proc, self.log = name, proc, log
+        self.processes: list[tuple[int, int]] = []  # what it had started, seen last
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def remember_processes(self) -> None:
+        seen = {pid for pid, _ in self.processes}
+        self.processes += [p for p in _descendants(self.pid) if p[0] not in seen]
+
+
+class RayNodes:
+    """A head and worker nodes, each a `ray start --block` in a session of its own,
+    with its own temp dir under a short path (Ray's unix sockets need one)."""
+
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="brg-mn-", dir="/tmp"))
+        self.address: str | None = None  # the head's, once `start_head` has run
+        self.nodes: dict[str, RayNode] = {}
+        # Token auth on, with a token of its own (none need be in ~/.ray): every
+        # node and every driver of this cluster gets it in RAY_AUTH_TOKEN.
+        self.token = secrets.token_hex(32)
+        self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token,
+                        **FAST_HEALTH_CHECKS)
+
+    def start_head(self, num_cpus: int = 0, dashboard: bool = False) -> RayNode:
+        """The head; `dashboard` runs Ray's dashboard on loopback (its state API)."""
+        def args() -> list[str]:  # fresh ports on each try
+            port = free_port()
+            self.address = f"127.0.0.1:{port}"
+            return ["--head", f"--port={port}", f"--num-cpus={num_cpus}",
+                    f"--include-dashboard={str(dashboard).lower()}", "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={free_port()}"]
+
+        node = self._spawn("head", args())
+        self._wait_started(node, retry=args)
+        return self.nodes["head"]
+
+    def add_workers(self, num_cpus: dict[str, int]) -> list[RayNode]:
+        """Worker nodes {name: CPUs}, started together; each has a resource of
+        its own, `brigade_{name}`."""
+        def args(name: str) -> list[str]:
+            return [f"--address={self.address}", f"--num-cpus={num_cpus[name]}",
+                    f"--resources={json.dumps({f'brigade_{name}': 1})}"]
+
+        nodes = [self._spawn(name, args(name)) for name in num_cpus]
+        for node in nodes:
+            self._wait_started(node, retry=lambda name=node.name: args(name))
+        return [self.nodes[name] for name in num_cpus]
+
+    def _spawn(self, name: str, args: list[str]) -> RayNode:
+        # A temp dir per node: nodes sharing one session dir race for the same
+        # socket names when they start together, and their raylets abort.
+        log = self.root / f"{name}.log"
+        cmd = [RAY, "start", "--block", "--disable-usage-stats", "--include-log-monitor=false",
+               f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={self.root / name}",
+               "--object-store-memory=100000000", *args]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self.env,
+                                    start_new_session=True)
+        node = self.nodes[name] = RayNode(name, proc, log)
+        return node
+
+    def _wait_started(self, node: RayNode, retry, tries: int = 3) -> None:
+        """Wait for the node to run; one that exits while starting (a port
+        chosen for it was taken meanwhile) is started again with `retry()`'s
+        arguments, up to `tries` times in all."""
+        for attempt in range(1, tries + 1):
+            deadline = time.monotonic() + NODE_START_TIMEOUT_S
+            while b"will now block" not in node.log.read_bytes():
+                tail = node.log.read_text(errors="replace")[-3000:]
+                if not node.alive():
+                    break
+                assert time.monotonic() < deadline, f"ray node {node.name} did not start:\n{tail}"
+                time.sleep(0.2)
+            else:
+                node.remember_processes()
+                return
+            assert attempt < tries, f"ray node {node.name} exited {tries} times:\n{tail}"
+            node = self._spawn(node.name, retry())
+
+    def node_of(self, pid: int) -> str | None:
+        """The name of the node whose `ray start` `pid` runs under."""
+        by_pid = {node.pid: name for name, node in self.nodes.items()}
+        return next((by_pid[p] for p in _ancestors(pid) if p in by_pid), None)
+
+    def kill(self, name: str) -> None:
+        """Lose a node at once: SIGKILL its `ray start`, raylet, agents and workers
+        (the raylet puts each worker in a process group of its own)."""
+        node = self.nodes[name]
+        node.remember_processes()
+        _kill_all(node.processes)
+        node.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop every node, workers first, the head last; SIGKILL whatever is left."""
+        for node in sorted(self.nodes.values(), key=lambda n: n.name == "head"):
+            node.remember_processes()
+            if node.alive():
+                node.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops its node
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(timeout=20)
+            _kill_all(node.processes)
+            if node.alive():
+                node.proc.kill()
+                node.proc.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def leftovers(self) -> list[int]:
+        """Pids of processes the nodes started that are still alive."""
+        return [pid for node in self.nodes.values() for pid, started in node.processes
+                if (stat := _proc_stat(pid)) and stat[1] == started]
