@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from functools import cached_property
 from pathlib import Path
 
@@ -72,6 +73,11 @@ class Settings(BaseSettings):
     export_max_shard_bytes: int = Field(5 * 10**9, ge=1)
     export_on_success: str = Field("float32", pattern="^(|float32|bfloat16)$")
     export_timeout_s: float = Field(3600.0, gt=0)
+    # replicas on one Postgres (service/leadership.py): the leader holds a lease this long,
+    # renewing it every third of it; another replica leads within about this much of its loss
+    lease_s: float = Field(10.0, gt=0)
+    # this replica's name in the lease, /readyz, events and audit rows; default: host-pid-random
+    replica_name: str | None = Field(None, min_length=1, max_length=128)
 
     @model_validator(mode="after")
     def _no_default_secrets_in_production(self) -> Settings:
@@ -82,6 +88,10 @@ class Settings(BaseSettings):
                     f"BRIGADE_{missing[0].upper()} must be set when BRIGADE_ENVIRONMENT=production"
                 )
         return self
+
+    @cached_property
+    def resolved_replica_name(self) -> str:
+        return self.replica_name or f"{socket.gethostname()[:100]}-{os.getpid()}-{secrets.token_hex(2)}"
 
     @cached_property
     def resolved_database_url(self) -> str:

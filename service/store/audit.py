@@ -35,6 +35,7 @@ class AuditStore:
 
     def __init__(self, reader: Engine, writer: Engine):
         self._reader, self._writer = reader, writer
+        self.replica: str | None = None  # the replica this process is (`JobStore.replica`)
 
     def record(self, *, actor: str, action: str, tenant: str | None = None,
                target: str | None = None, detail: dict[str, Any] | None = None,
@@ -45,6 +46,7 @@ class AuditStore:
             target=None if target is None else target[:AUDIT_TARGET_LENGTH],
             detail=small_detail(detail or {}),
             client=None if client is None else client[:AUDIT_CLIENT_LENGTH],
+            replica=self.replica,
         )
         with transaction(self._writer) as session:
             session.add(row)

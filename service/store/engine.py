@@ -36,6 +36,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
 BUSY_TIMEOUT_MS = 30_000
+# Postgres ends a session that sits this long inside a transaction: a replica
+# stopped (SIGSTOP) mid-transaction must not hold its row locks, the leader
+# lease's among them, until it wakes.
+IDLE_IN_TRANSACTION_MS = 5_000
 _WRITE = "brigade_write"  # an execution option: this connection will write
 _SINGLE = "brigade_single_read"  # an execution option: one SELECT, no transaction needed
 
@@ -54,10 +58,7 @@ def build_engines(url: str | URL) -> tuple[Engine, Engine]:
     url = normalize_url(url)
     if url.get_backend_name() not in ("sqlite", "postgresql"):
         raise ValueError(f"the job store runs on SQLite or Postgres, not {url.drivername}")
-    if url.get_backend_name() == "sqlite":
-        engine = _sqlite_engine(url)
-    else:
-        engine = create_engine(url, pool_pre_ping=True, json_serializer=_strict_json)
+    engine = _sqlite_engine(url) if url.get_backend_name() == "sqlite" else _postgres_engine(url)
     return engine, engine.execution_options(**{_WRITE: True})
 
 
@@ -88,6 +89,18 @@ def transaction(engine: Engine) -> Iterator[Session]:
 def _strict_json(value) -> str:
     # Postgres refuses NaN and Infinity in JSON; refuse them on every dialect alike.
     return json.dumps(value, allow_nan=False)
+
+
+def _postgres_engine(url: URL) -> Engine:
+    engine = create_engine(url, pool_pre_ping=True, json_serializer=_strict_json)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+        dbapi_connection.commit()
+
+    return engine
 
 
 def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:

@@ -77,3 +77,13 @@ class QuotaExceeded(RuntimeError):
     def __init__(self, reason: str, *, retryable: bool, field: str = "quota"):
         self.reason, self.retryable, self.field = reason, retryable, field
         super().__init__(reason)
+
+
+class Deposed(RuntimeError):
+    """A write of the control plane's leader refused: another replica holds the
+    lease now (a higher fencing token), or this one's lease ran out. The
+    replica stops acting as the leader (`service.leadership`)."""
+
+    def __init__(self, replica: str, reason: str):
+        self.replica = replica
+        super().__init__(f"replica {replica} does not lead the control plane: {reason}")

@@ -10,11 +10,13 @@ win, and a change the table forbids is never written.
 
 from __future__ import annotations
 
+import copy
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from alembic import command
 from alembic.config import Config
@@ -38,6 +40,7 @@ from service.store.errors import (
     UnexpectedState,
 )
 from service.store.job_reads import JobReads
+from service.store.leases import LeaseStore
 from service.store.models import (
     LOG_LINE_LENGTH,
     Job,
@@ -76,6 +79,14 @@ def new_job_id() -> str:
     return f"j-{secrets.token_hex(6)}"
 
 
+class Fence(Protocol):
+    """What a fenced store checks at the start of each write transaction
+    (`service.leadership.Leadership`): raises `Deposed` where the writer
+    leads no more."""
+
+    def check(self, session: Session) -> None: ...
+
+
 class JobStore:
     """`JobStore("sqlite:///path/brigade.db")` or a Postgres URL
     (`postgresql://...` means psycopg 3). Call `migrate()` before first use."""
@@ -90,6 +101,28 @@ class JobStore:
         self.tenants = TenantStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
         self.audit = AuditStore(self._reader, self._writer)
+        self.leases = LeaseStore(self._reader, self._writer)
+        self._fence: Fence | None = None
+
+    @property
+    def replica(self) -> str | None:
+        """The control-plane replica this process is: named in each job event
+        and audit row it writes (set once at start-up)."""
+        return self.audit.replica  # one place: a fenced view sees it too
+
+    @replica.setter
+    def replica(self, name: str | None) -> None:
+        self.audit.replica = name
+
+    def fenced(self, fence: Fence) -> JobStore:
+        """This store as the leader's control loop and runners write through
+        it: the same engines and reads, but every write transaction first
+        asks `fence` (in the transaction itself) whether this replica still
+        leads, and is refused with `Deposed` once it does not. The API's
+        writes go through the plain store."""
+        view = copy.copy(self)
+        view._fence = fence
+        return view
 
     @property
     def dialect(self) -> str:
@@ -154,7 +187,7 @@ class JobStore:
                 session.add(job)
                 session.flush()  # the job row before its event's foreign key
                 session.add(JobEvent(job_id=job.id, time=now, from_state=None,
-                                     to_state=job.state, reason=reason))
+                                     to_state=job.state, reason=reason, replica=self.replica))
                 record = job.to_record()
         except IntegrityError:
             # A concurrent submit with the same key won the unique constraint.
@@ -283,7 +316,8 @@ class JobStore:
                     continue  # it moved between our read and our write: look again
                 held = job.workers if to in ACTIVE else None
                 session.add(JobEvent(job_id=job_id, time=now, from_state=current.value,
-                                     to_state=to.value, reason=reason, workers=held))
+                                     to_state=to.value, reason=reason, workers=held,
+                                     replica=self.replica))
                 return job.to_record()
         raise ConcurrentUpdate(job_id, TRANSITION_TRIES)
 
@@ -309,7 +343,8 @@ class JobStore:
                 raise JobNotFound(job_id)
             held = found.workers if JobState(found.state) in ACTIVE else None
             session.add(JobEvent(job_id=job_id, time=utcnow(), from_state=found.state,
-                                 to_state=found.state, reason=reason, workers=held))
+                                 to_state=found.state, reason=reason, workers=held,
+                                 replica=self.replica))
 
     def events(self, job_id: str) -> list[EventRecord]:
         """The job's state changes, oldest first (creation included)."""
@@ -407,7 +442,15 @@ class JobStore:
         return transaction(self._reader)
 
     def _write(self) -> AbstractContextManager[Session]:
-        return transaction(self._writer)
+        if self._fence is None:
+            return transaction(self._writer)
+        return self._fenced_write(self._fence)
+
+    @contextmanager
+    def _fenced_write(self, fence: Fence) -> Iterator[Session]:
+        with transaction(self._writer) as session:
+            fence.check(session)  # the check and the write: one transaction
+            yield session
 
     def _one(self, query: Select) -> JobRecord | None:
         with self._read() as session:
