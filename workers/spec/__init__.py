@@ -49,6 +49,7 @@ from workers.spec.data import (
 )
 from workers.spec.job import CURVE_SECTIONS, JobSpec
 from workers.spec.model import CONFIG_URI_FIELDS, LLAMA_FIELDS, ModelSpec
+from workers.spec.sweep import Domain, Objective, PrunerOptions, SweepSpec, trial_name, trial_spec
 from workers.spec.training import (
     JOB_ID_PATTERN,
     CheckpointSpec,
@@ -67,5 +68,6 @@ __all__ = [
     "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "MixMember", "ModelSpec",
     "ParallelismSpec", "PrepareSpec", "Resources", "ShardingSpec", "SpecError", "Strategy",
     "TrackingSpec", "TrainSpec", "WorkerRange", "explain", "refusal", "split_evenly",
-    "unknown_field",
+    "unknown_field", "Domain", "Objective", "PrunerOptions", "SweepSpec", "trial_name",
+    "trial_spec",
 ]
