@@ -1,5 +1,5 @@
 """The web dashboard and the API's own docs, in the same process as the API:
-pages (`api.routes.ui`), the JSON they read beside the REST API
+pages (`api.routes.ui`, `api.routes.sweep_pages`), the JSON they read beside the REST API
 (`api.routes.series`, `api.routes.fair_share`), Swagger UI and ReDoc
 (`api.routes.docs`), and every asset from the package (`api/ui/static`: no
 CDN, no build step)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from api.routes import docs, fair_share, series, ui
+from api.routes import docs, fair_share, series, sweep_pages, ui
 from api.series_cache import SeriesCache
 from api.sessions import DashboardSessions
 
@@ -23,6 +23,6 @@ def install_dashboard(app: FastAPI, store, settings) -> None:
     app.state.sessions = DashboardSessions(store, settings.resolved_secret(),
                                            app.state.admin_key, settings.session_ttl_s)
     app.state.series_cache = SeriesCache()
-    for module in (series, fair_share, ui, docs):
+    for module in (series, fair_share, ui, sweep_pages, docs):
         app.include_router(module.router)
     app.mount(STATIC_URL, StaticFiles(directory=UI_DIR / "static"), name="ui-static")

@@ -125,5 +125,5 @@ const Chart = (() => {
     }
   }
 
-  return {draw};
+  return {draw, svg, ticks, logTicks};
 })();

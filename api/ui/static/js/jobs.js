@@ -2,7 +2,8 @@
 // The jobs page: a filtered, paged list that refreshes its states every 2 s.
 // Each job's kind (training, or a dataset's preparation) and latest loss come
 // with the list itself (`latest_loss` on each job: no request per job); the
-// goodput of the page's jobs, with one more request for the page.
+// goodput of the page's jobs, with one more request for the page. Jobs ticked
+// go to the compare view together.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, badge, number, time} = Brigade;
   const stateFilter = document.getElementById("state-filter");
@@ -23,6 +24,21 @@ document.addEventListener("DOMContentLoaded", () => {
   if (query.get("limit")) pageSize.value = query.get("limit");
   let offset = Math.max(0, parseInt(query.get("offset") || "0", 10) || 0);
   let total = 0;
+
+  // The jobs ticked for the compare view, kept across refreshes and pages.
+  const MAX_COMPARED = 8;
+  const picked = new Set();
+  const compare = document.getElementById("compare");
+  const compareCount = document.getElementById("compare-count");
+  function pick(id, on) {
+    if (on) picked.add(id); else picked.delete(id);
+    compare.disabled = picked.size < 2 || picked.size > MAX_COMPARED;
+    compareCount.textContent = !picked.size ? "" : picked.size > MAX_COMPARED
+      ? `${picked.size} ticked: at most ${MAX_COMPARED}` : `${picked.size} ticked`;
+  }
+  compare.addEventListener("click", () => {
+    window.location.assign("/compare?jobs=" + [...picked].map(encodeURIComponent).join(","));
+  });
 
   function params() {
     const p = new URLSearchParams();
@@ -60,7 +76,9 @@ document.addEventListener("DOMContentLoaded", () => {
       const loss = kind === "prepare" || job.latest_loss === null || job.latest_loss === undefined
         ? "-" : number(job.latest_loss, 3);
       return el("tr", {"data-job-id": job.id, "data-kind": kind},
-      el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
+      el("td", {}, el("input", {type: "checkbox", class: "pick", value: job.id, "aria-label": `compare ${job.name}`,
+        checked: picked.has(job.id), onchange: (e) => pick(job.id, e.target.checked)}), " ",
+        el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
         el("div", {class: "muted mono small id", title: job.id}, job.id)),
       admin ? el("td", {class: "hide-narrow"}, job.tenant) : null,
       el("td", {class: "hide-narrow"}, el("span", {class: `kind kind-${kind}`}, kind)),

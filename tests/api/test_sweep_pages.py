@@ -1,0 +1,90 @@
+"""The dashboard's experiment pages over real HTTP (`api.routes.sweep_pages`):
+the sweeps page, a sweep's page (its trials in the HTML) and the compare
+view; a sign-in first, and another tenant's sweep or job not found.
+
+Its own server on a real SQLite file, no cluster: the supervisor is never
+started, so rows are written through the store's API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from api.app import create_app
+from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.live_server import LiveServer
+from workers.spec import JobSpec
+
+SPEC = {"name": "paged", "workers": 1, "train": {"steps": 10},
+        "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16}}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(server URL, the supervisor, {tenant: key})."""
+    supervisor = make_supervisor(tmp_path_factory.mktemp("sweep-pages"))
+    keys = {name: supervisor.store.tenants.create(name)[1] for name in ("team-a", "team-b")}
+    with LiveServer(create_app(supervisor)) as live:
+        yield live.url, supervisor, keys
+    supervisor.store.dispose()
+
+
+@contextmanager
+def _browser(url: str, key: str) -> Iterator[httpx.Client]:
+    """A client holding a dashboard session (the pages' cookie) of `key`'s tenant."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        client.post("/ui/session", json={"api_key": key}).raise_for_status()
+        yield client
+
+
+def _job(store, tenant: str, name: str):
+    job, _ = store.create_job(tenant=tenant, name=name, spec=JobSpec.model_validate({**SPEC, "name": name}))
+    return job
+
+
+def test_pages_send_a_browser_without_a_session_to_sign_in(served):
+    url, _, _ = served
+    with httpx.Client(base_url=url, timeout=10) as anonymous:
+        for path in ("/sweeps", "/sweeps/s-anything", "/compare?jobs=j-a,j-b"):
+            answer = anonymous.get(path, follow_redirects=False)
+            assert answer.status_code == 303, path
+            assert answer.headers["location"].startswith("/login?next=%2F"), answer.headers
+
+
+def test_the_compare_view_names_each_job_and_hides_another_tenants(served):
+    url, supervisor, keys = served
+    store = supervisor.store
+    a1, a2 = _job(store, "team-a", "lr-small"), _job(store, "team-a", "lr-large")
+    b1 = _job(store, "team-b", "theirs")
+    with _browser(url, keys["team-a"]) as team_a, _browser(url, ADMIN_KEY) as admin:
+        page = team_a.get(f"/compare?jobs={a1.id},{a2.id}")
+        assert page.status_code == 200, page.text
+        assert "Compare 2 jobs" in page.text
+        for job in (a1, a2):
+            assert f'data-job-id="{job.id}"' in page.text and f">{job.name}</a>" in page.text
+        assert 'id="chart-loss"' in page.text and 'id="chart-eval"' in page.text
+        assert page.headers["content-security-policy"].startswith("default-src 'self'")
+
+        mixed = team_a.get(f"/compare?jobs={a1.id},{b1.id}")  # another tenant's: not found
+        assert mixed.status_code == 404 and "theirs" not in mixed.text
+        assert b1.id in mixed.text and "not yours to see" in mixed.text
+        assert team_a.get("/compare?jobs=j-nonexistent").status_code == 404
+        assert admin.get(f"/compare?jobs={a1.id},{b1.id}").status_code == 200  # the admin: anyone's
+
+        empty = team_a.get("/compare")
+        assert empty.status_code == 200 and 'id="compare-empty"' in empty.text
+        many = team_a.get("/compare?jobs=" + ",".join(f"j-{i}" for i in range(9)))
+        assert many.status_code == 422 and "at most 8 jobs" in many.text
+
+
+def test_the_jobs_list_and_every_page_link_to_the_sweeps(served):
+    url, _, keys = served
+    with _browser(url, keys["team-a"]) as team_a:
+        jobs = team_a.get("/").text
+        assert 'id="compare"' in jobs and 'href="/sweeps"' in jobs
+        sweeps = team_a.get("/sweeps")
+        assert sweeps.status_code == 200 and 'id="sweeps-table"' in sweeps.text
+        assert '<a href="/sweeps" aria-current="page">Sweeps</a>' in sweeps.text
