@@ -87,3 +87,18 @@ class Deposed(RuntimeError):
     def __init__(self, replica: str, reason: str):
         self.replica = replica
         super().__init__(f"replica {replica} does not lead the control plane: {reason}")
+
+
+class SweepNotFound(LookupError):
+    def __init__(self, sweep_id: str):
+        self.sweep_id = sweep_id
+        super().__init__(f"no sweep {sweep_id}")
+
+
+class SweepUnfinished(RuntimeError):
+    """A sweep is deleted only once it and its trials' jobs have finished."""
+
+    def __init__(self, sweep_id: str, why: str):
+        self.sweep_id = sweep_id
+        super().__init__(f"sweep {sweep_id} {why}: only a finished sweep (SUCCEEDED, FAILED or "
+                         "CANCELLED) whose trials have ended is deleted; cancel it and wait first")

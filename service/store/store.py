@@ -52,6 +52,7 @@ from service.store.models import (
 )
 from service.store.records import EventRecord, JobRecord, LogRecord, keep_parsed_spec
 from service.store.sessions import SessionStore
+from service.store.sweeps import SweepStore
 from service.store.tenants import TenantStore, tenant_policy
 from workers.spec import JobSpec
 
@@ -101,6 +102,7 @@ class JobStore:
         self.tenants = TenantStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
         self.audit = AuditStore(self._reader, self._writer)
+        self.sweeps = SweepStore(self._reader, self._writer)
         self.leases = LeaseStore(self._reader, self._writer)
         self._fence: Fence | None = None
 

@@ -20,7 +20,7 @@ POSTGRES_URL = os.environ.get(
     "BRIGADE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 STORE_TABLES = ("job_logs", "job_metrics", "job_events", "jobs", "job_changes", "tenants",
-                "audit_events")
+                "audit_events", "sweep_trials", "sweeps")
 
 
 @pytest.fixture(scope="session")

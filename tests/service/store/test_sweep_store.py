@@ -1,0 +1,65 @@
+"""The sweep store on SQLite and Postgres: create (idempotent per tenant),
+read, list, compare-and-set states, trial rows written once per number."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.store.sweep_records import SweepState, TrialState
+from workers.spec.sweep import SweepSpec
+
+SPEC = SweepSpec.model_validate({
+    "name": "lr", "base": {"model": {"n_layers": 2}, "train": {"steps": 4}},
+    "space": {"train.lr": {"loguniform": [1e-4, 1e-1]}}, "objective": {"metric": "loss"},
+    "max_trials": 3,
+})
+
+
+def test_create_get_list_and_idempotency(store):
+    sweeps = store.sweeps
+    first, created = sweeps.create(tenant="acme", spec=SPEC, idempotency_key="k")
+    assert created and first.state is SweepState.QUEUED and first.study == first.id
+    assert first.spec == SPEC and first.name == "lr" and first.finished_at is None
+    again, created = sweeps.create(tenant="acme", spec=SPEC, idempotency_key="k")
+    assert not created and again.id == first.id
+    other, created = sweeps.create(tenant="beta", spec=SPEC, idempotency_key="k")
+    assert created and other.id != first.id  # keys are per tenant
+
+    assert sweeps.get(first.id) == first
+    assert sweeps.get(first.id, tenant="beta") is None
+    assert [s.id for s in sweeps.list(tenant="acme")] == [first.id]
+    assert {s.id for s in sweeps.list(tenant=None)} == {first.id, other.id}
+    assert sweeps.list(tenant=None, states=["RUNNING"]) == []
+    assert [s.id for s in sweeps.live()] == [first.id, other.id]
+
+
+def test_states_change_by_compare_and_set(store):
+    sweep, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    running = store.sweeps.set_state(sweep.id, SweepState.RUNNING, expect=[SweepState.QUEUED])
+    assert running is not None and running.state is SweepState.RUNNING
+    assert store.sweeps.set_state(sweep.id, SweepState.RUNNING, expect=[SweepState.QUEUED]) is None
+    done = store.sweeps.set_state(sweep.id, SweepState.FAILED, error="every trial failed")
+    assert done.state is SweepState.FAILED and done.error == "every trial failed" and done.finished_at
+    # a terminal sweep stays so: the default `expect` is the live states
+    assert store.sweeps.set_state(sweep.id, SweepState.CANCELLED) is None
+    assert store.sweeps.live() == []
+
+
+def test_trial_rows_are_written_once_per_number_and_updated(store):
+    sweep, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    trial = store.sweeps.add_trial(sweep.id, 0, {"train.lr": 0.01})
+    assert (trial.state, trial.job_id, trial.params) == (TrialState.QUEUED, None, {"train.lr": 0.01})
+    assert store.sweeps.add_trial(sweep.id, 0, {"train.lr": 0.5}).params == {"train.lr": 0.01}
+    store.sweeps.add_trial(sweep.id, 1, {"train.lr": 0.02})
+    done = store.sweeps.update_trial(sweep.id, 0, job_id="j-1", state=TrialState.PRUNED,
+                                     objective=2.5, pruned_step=3)
+    assert (done.job_id, done.state, done.objective, done.pruned_step) == (
+        "j-1", TrialState.PRUNED, 2.5, 3)
+    assert [t.number for t in store.sweeps.trials(sweep.id)] == [0, 1]
+    assert store.sweeps.trial_counts([sweep.id]) == {
+        sweep.id: {TrialState.PRUNED: 1, TrialState.QUEUED: 1}}
+    with pytest.raises(ValueError):
+        store.sweeps.update_trial(sweep.id, 1, params={})
+
+    store.sweeps.delete(sweep.id)
+    assert store.sweeps.get(sweep.id) is None and store.sweeps.trials(sweep.id) == []
