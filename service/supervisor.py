@@ -59,7 +59,7 @@ class Supervisor:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_stop = on_stop  # e.g. stop the local Ray head
-        self.admission = Admission(settings, store)
+        self.admission = Admission(settings, store, checkpoints_of=self._checkpoint_store)
         self.forecasts = StartForecasts(self.admission, store)  # queued jobs' expected starts
         # What every job runner is handed of the control plane.
         self._control = ControlPlane(

@@ -15,15 +15,19 @@ read files next, the cluster last:
    prefix, and stored whole (`service.intake.relative_uris`)
 3. `model.config_uri`: the Hugging Face config.json under the tenant's data
    prefix, read into the model's fields (`service.intake.model_config`)
-4. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
+4. `after`: the jobs it waits on are the tenant's own, and none has failed
+   (`service.intake.dependencies`)
+5. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
    the tenant's data prefix (`service.intake.data_access`), and token data what
    its index says (`workers.datasets.checks`: a missing shard, a size or
    checksum that does not match, a tokenizer that does not parse, a vocabulary
-   the model does not cover is a 422 naming the file, not a job that fails later)
-5. `init`: a model directory whose headers fit the model, or a committed
-   checkpoint of one of the tenant's jobs (`service.intake.init_source`)
-6. `workers`: the job could ever be placed, at its smallest size
-7. `resources_per_worker.memory_gb`: the model's sharded state fits one
+   the model does not cover is a 422 naming the file, not a job that fails later;
+   not yet for a dataset that a prepare job in `after` is still making)
+6. `init`: a model directory whose headers fit the model, or one of the
+   tenant's jobs: a committed checkpoint of it, or one still running to wait
+   for (`service.intake.init_source`)
+7. `workers`: the job could ever be placed, at its smallest size
+8. `resources_per_worker.memory_gb`: the model's sharded state fits one
    worker's memory (that field's, or else the cluster's smallest share: the
    refusal is then at `model`) at every size the job may run at
 """
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from service.intake.data_access import check_data_uri
+from service.intake.dependencies import check_after, pending_datasets, reads_pending
 from service.intake.init_source import resolve_init
 from service.intake.model_config import resolve_model
 from service.intake.relative_uris import resolve_relative
@@ -79,6 +84,10 @@ def model_config(spec: JobSpec, submission: Submission) -> JobSpec:
     return resolve_model(spec, submission.tenant, submission.data_root)
 
 
+def after(spec: JobSpec, submission: Submission) -> JobSpec:
+    return check_after(spec, submission.tenant, submission.store)
+
+
 def job_data(spec: JobSpec, submission: Submission) -> JobSpec:
     if spec.prepare is not None:  # a dataset's preparation (service.intake.dataset_jobs)
         from service.intake.dataset_jobs import check_prepare
@@ -89,11 +98,19 @@ def job_data(spec: JobSpec, submission: Submission) -> JobSpec:
         uris["eval.uri"] = spec.eval.uri
     for field, uri in uris.items():
         check_data_uri(uri, submission.tenant, submission.data_root, field=field)
-    if spec.data.source in ("tokens", "text"):
+    if spec.data.source in ("tokens", "text") and not _data_of_dependency(spec, submission):
         from workers.datasets.checks import check_job_data  # reads the index and shards
 
         check_job_data(spec)
     return spec
+
+
+def _data_of_dependency(spec: JobSpec, submission: Submission) -> bool:
+    """Whether the job reads a dataset that a prepare job it waits on is still making."""
+    if not spec.after:
+        return False
+    tenant, root = submission.tenant, submission.data_root
+    return reads_pending(spec, pending_datasets(spec, tenant, root, submission.store), tenant, root)
 
 
 def init_source(spec: JobSpec, submission: Submission) -> JobSpec:
@@ -115,6 +132,7 @@ CHECKS: tuple[Check, ...] = (
     Check("operator_only", operator_only),
     Check("uris", uris),
     Check("model.config_uri", model_config),
+    Check("after", after),
     Check("data", job_data),
     Check("init", init_source),
     Check("workers", placeable),

@@ -12,8 +12,14 @@ weights at every attempt:
   alpha, targets) and whose adapter_model.safetensors holds every adapter
   tensor of the model at its shape: a 422 at `init.adapter_uri` otherwise.
 - `init.job`: one of the tenant's own jobs (another tenant's is a 404, as
-  everywhere), of the same model shapes, with a committed checkpoint at
-  `init.step`; an unset step becomes its latest committed one now. With
+  everywhere), of the same model shapes. One that has ended needs a
+  committed checkpoint at `init.step`; an unset step becomes its latest
+  committed one now. One still to end is waited for, as a job in `after`
+  is (service/run/dependencies.py): an unset step stays unset (the engine
+  loads the source's latest committed step, fixed once it has succeeded:
+  every attempt reads the same weights), and a step it has not committed yet
+  puts the source in `after`; once it succeeded, the scheduling pass fails the
+  job if the step is not there (service/run/dependency_gate.py). With
   `init.resume_optimizer`, its optimizer's state must be this job's kind
   (the same optimizer, and momentum or none).
 """
@@ -62,7 +68,11 @@ def resolve_init(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
             f"init.resume_optimizer: job {init.job} kept the state of "
             f"{describe_optimizer(source.spec)}, this job trains with "
             f"{describe_optimizer(spec)}: the state does not carry over (leave it fresh)"))
+    if not source.state.is_terminal and (init.step is None or init.job in spec.after):
+        return spec  # it waits for the source to succeed (service/run/dependencies.py)
     committed = {c.step for c in checkpoints_of(source).list_committed()}
+    if not source.state.is_terminal and init.step not in committed:  # a step still to come
+        return spec.model_copy(update={"after": [*spec.after, init.job]})
     if not committed:
         raise SpecError("init.job", f"init.job {init.job} has no committed checkpoint")
     if init.step is None:

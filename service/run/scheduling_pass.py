@@ -3,6 +3,8 @@ queue, the active jobs, the tenants and the cluster into the scheduling
 views, ask the policies (`service.scheduling`), and act on what they decide:
 start the jobs admitted (QUEUED -> STARTING at the size chosen) and mark the
 victims of a preemption PREEMPTING, saying who preempted them and why.
+Queued jobs that wait on jobs are held back first, or failed where one
+failed (`service.run.dependency_gate`).
 
 It also keeps each tenant's recent service for weighted fair share
 (`service.scheduling.service_history`), rebuilt from the job events when it starts, so
@@ -15,10 +17,12 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Set
+from collections.abc import Callable, Set
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from service.observability import metrics as service_metrics
+from service.run.dependency_gate import DependencyGate
 from service.run.ray_cluster import cluster_capacity, lost_nodes
 from service.scheduling import (
     Capacity,
@@ -37,6 +41,9 @@ from service.states import JobState as S
 from service.store import JobRecord, JobStore
 from service.store.tenants import tenant_policy
 
+if TYPE_CHECKING:
+    from checkpoints import CheckpointStore
+
 logger = logging.getLogger(__name__)
 
 LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING})
@@ -45,8 +52,11 @@ LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING})
 class Admission:
     """One pass at a time, from the supervisor's loop (never concurrently)."""
 
-    def __init__(self, settings: Settings, store: JobStore):
+    def __init__(self, settings: Settings, store: JobStore, *,
+                 checkpoints_of: Callable[[JobRecord], CheckpointStore] | None = None):
         self.settings, self.store = settings, store
+        # queued jobs that wait on jobs (`after`, `init.job`): held back, or failed
+        self.dependencies = DependencyGate(store, checkpoints_of)
         self.scheduler = Scheduler(horizon_s=settings.fair_share_horizon_s)
         self.preemption = PreemptionPolicy()
         self.history = ServiceHistory(settings.fair_share_window_s)
@@ -82,18 +92,19 @@ class Admission:
         total = Resources(**cluster_capacity())
         active = self.store.jobs_in_states(ACTIVE)
         queued_records = self.store.jobs_in_states([S.QUEUED])
+        ready, held_back = self.dependencies.hold(queued_records)
         running = [self._running(job) for job in active]
         held = Resources.total(job.holds for job in running)
         capacity = Capacity(total=total, free=(total - held).at_least_zero())
         with self._history_lock:
             self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
         tenants = self._tenants(active + queued_records)
-        queued = {job.id: self._queued(job) for job in queued_records}
+        queued = {job.id: self._queued(job) for job in ready}
         expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
         self.scheduler.horizon_s = expected
         owed = self.history.owed(total, now, expected)
         decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity, owed)
-        self.waiting = dict(decision.waiting)
+        self.waiting = {**decision.waiting, **held_back}
         self.service = dict(owed)
         records = {job.id: job for job in active + queued_records}
         started = self._start(decision.start, records)

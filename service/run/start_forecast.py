@@ -16,6 +16,10 @@ What a job's pace is:
 - A job's start-up (its launch to its first step): the median of the
   `startup.total` the latest first rows carried, else the forecast's default.
 
+A job that waits on jobs (`after`, service/run/dependencies.py) gets no
+expected start, and what it waits for as the reason; the forecast of the
+others leaves it out.
+
 One forecast is made for every queued job at once and answered for
 `ttl_s`: a dashboard polling each queued job, or a page of them, costs one
 forecast, not one per job.
@@ -110,8 +114,12 @@ class StartForecasts:
         now = time.time()
         active = self.store.jobs_in_states(ACTIVE)
         queued = self.store.jobs_in_states([S.QUEUED])
+        # A job waiting on jobs gets no time, only what it waits for (as of the latest pass).
+        on_jobs = self.admission.dependencies.waiting
+        waits = {job.id: Forecast(None, on_jobs[job.id]) for job in queued if job.id in on_jobs}
+        queued = [job for job in queued if job.id not in waits]
         if not queued:
-            return {}
+            return waits
         running_views, queued_views, tenants = self.admission.views(active, queued)
         running = [self._running(job, view, now) for job, view in zip(active, running_views,
                                                                         strict=True)]
@@ -121,8 +129,8 @@ class StartForecasts:
         if self._startups:
             settings = replace(settings, startup_s=median(self._startups))
         settings = replace(settings, fair_share_horizon_s=self.admission.settings.fair_share_horizon_s)
-        return forecast_starts(running, waiting, tenants, Resources(**cluster_capacity()), now,
-                               self.admission.history_copy(), settings)
+        return {**forecast_starts(running, waiting, tenants, Resources(**cluster_capacity()), now,
+                                  self.admission.history_copy(), settings), **waits}
 
     def _rows(self, job: JobRecord) -> list[dict]:
         rows = self.store.metrics(job.id, since_step=max(0, job.step - WINDOW + 1))

@@ -91,14 +91,23 @@ def load_job_weights(init: InitSpec, source: CheckpointTarget, *, model: nn.Modu
     """Load the source job's committed step `init.step` (collective: every
     rank calls it): the model, resharded to this job's layout; also the
     optimizer state (`resume_optimizer`) and the data cursor into
-    `train_state` (`resume_data`). Returns the step loaded."""
-    if init.step is None:
-        raise SpecError("init.step", "init.step is fixed at submit (the source's latest committed)")
-    checkpointer = Checkpointer(source.open_store(), keep_last=None)
+    `train_state` (`resume_data`). Returns the step loaded.
+
+    An unset step is the source's latest committed one: the job waited for
+    its source to succeed (service/run/dependencies.py), so that step no
+    longer changes, and every attempt of the job reads the same weights."""
+    store = source.open_store()
+    step = init.step
+    if step is None:
+        latest = store.latest_committed()
+        if latest is None:
+            raise SpecError("init.job", f"init.job {source.job} has no committed checkpoint")
+        step = latest.step
+    checkpointer = Checkpointer(store, keep_last=None)
     try:
         state = (ModelAndOptimizer(model, optimizer) if init.resume_optimizer
                  else ModelOnly(model))
-        result = checkpointer.load({"app": state}, step=init.step)
+        result = checkpointer.load({"app": state}, step=step)
     finally:
         checkpointer.close()
     assert result is not None  # a named step that does not verify raises

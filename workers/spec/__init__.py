@@ -52,8 +52,10 @@ from workers.spec.model import CONFIG_URI_FIELDS, LLAMA_FIELDS, ModelSpec
 from workers.spec.sweep import Domain, Objective, PrunerOptions, SweepSpec, trial_name, trial_spec
 from workers.spec.training import (
     JOB_ID_PATTERN,
+    MAX_AFTER,
     CheckpointSpec,
     InitSpec,
+    JobIds,
     ParallelismSpec,
     ShardingSpec,
     TrackingSpec,
@@ -62,7 +64,7 @@ from workers.spec.training import (
 
 __all__ = [
     "AdapterSpec", "BYTE_VOCAB", "CONFIG_URI_FIELDS", "CURVE_SECTIONS", "DEFAULT_MAX_RESTARTS",
-    "JOB_ID_PATTERN",
+    "JOB_ID_PATTERN", "MAX_AFTER", "JobIds",
     "LLAMA_FIELDS", "MAX_PREPARE_FILES", "MAX_PRIORITY", "MAX_WORKERS", "NAME_PATTERN",
     "OPERATOR_ONLY", "TOKEN_DATA_FIELDS", "TOKEN_SOURCES", "URI_SOURCES", "CheckpointSpec",
     "Compression", "DataSpec", "Dtype", "EvalSpec", "InitSpec", "JobSpec", "MixMember", "ModelSpec",

@@ -30,6 +30,7 @@ from workers.spec.training import (
     RECIPE_FIELDS,
     CheckpointSpec,
     InitSpec,
+    JobIds,
     ParallelismSpec,
     ShardingSpec,
     TrackingSpec,
@@ -67,6 +68,9 @@ class JobSpec(_Section):
     # once asked to give its workers back (preempted), how long the job may take to
     # checkpoint and stop before its ranks are killed; unset: the service's setting
     preemption_grace_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    # jobs of the tenant that must succeed first: it waits QUEUED until they
+    # do, and fails if one fails or is cancelled (not part of the loss curve)
+    after: JobIds = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from workers.spec.base import (
@@ -186,6 +186,20 @@ class TrackingSpec(_Section):
 
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_AFTER = 32  # the jobs one job (or sweep) may wait on
+
+
+def _distinct(ids: list[str]) -> list[str]:
+    for i, job in enumerate(ids):
+        if job in ids[:i]:
+            raise refusal(str(i), f"after.{i}: job {job} is named twice", job)
+    return ids
+
+
+# `after`: jobs of the same tenant that must succeed first (a job's or a sweep's):
+# it waits QUEUED until they do, and fails if one does not (service/run/dependencies.py).
+JobIds = Annotated[list[Annotated[str, Field(pattern=JOB_ID_PATTERN)]],
+                   Field(max_length=MAX_AFTER), AfterValidator(_distinct)]
 
 
 class InitSpec(_Section):
@@ -195,7 +209,8 @@ class InitSpec(_Section):
     prefix; with no `model` (or one that sets only seq_len) the model is
     the one its config.json describes, as with `model.config_uri`. `job`:
     one of the tenant's own jobs, at its committed `step` (unset: its
-    latest, fixed at submit). From a job, the optimizer state and the data
+    latest, fixed at submit; a job still running is waited for, as `after`,
+    and its latest is taken once it succeeded). From a job, the optimizer state and the data
     cursor start fresh unless asked. `adapter_uri` (with `uri` and the job's
     `adapter`): a PEFT LoRA adapter directory (adapter_config.json,
     adapter_model.safetensors) of that base to continue training from."""

@@ -1,0 +1,71 @@
+"""A job's `after` checked at submit, and the datasets its dependencies will
+make.
+
+- `after.N`: one of the tenant's own jobs (another tenant's reads as a
+  missing one: a 422 at `after.N`, in the wording of a job not found); one
+  that already FAILED, was CANCELLED (or PRUNED) is refused too: it will
+  never succeed, so the job could only fail. Ids name jobs that exist, so
+  older ones: a job cannot wait on itself, nor two jobs on each other.
+- `pending_datasets`: the outputs of the prepare jobs (`POST /v1/datasets`)
+  the job names in `after` that have not succeeded yet. Their data is not
+  there at submit; the data check passes over a job that reads one (its
+  data is checked as the job starts, as every job's is, and a dataset that
+  is no good then fails it, naming the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from service.intake.data_access import check_data_uri
+from service.states import JobState
+from workers.spec import JobSpec, SpecError
+
+if TYPE_CHECKING:
+    from service.store import JobStore
+
+
+def check_after(spec: JobSpec, tenant: str, store: JobStore) -> JobSpec:
+    """The spec as it was, unless an id in `after` is not one of the tenant's
+    jobs, or one that ended without succeeding (SpecError at `after.N`)."""
+    if not spec.after:
+        return spec
+    states = store.reads.states_of(spec.after, tenant=tenant)
+    for i, job_id in enumerate(spec.after):
+        state = states.get(job_id)
+        if state is None:
+            raise SpecError(f"after.{i}", f"after.{i}: job {job_id!r} not found")
+        if state.is_terminal and state is not JobState.SUCCEEDED:
+            raise SpecError(f"after.{i}", f"after.{i}: job {job_id} is {state.value}: it will "
+                                          "never succeed, so this job could never start")
+    return spec
+
+
+def pending_datasets(spec: JobSpec, tenant: str, root: str, store: JobStore) -> set[str]:
+    """The outputs (uris, no trailing slash) of the prepare jobs in the
+    spec's `after` that have not succeeded yet."""
+    pending = set()
+    for job_id in spec.after:
+        job = store.get_job(job_id, tenant=tenant)
+        if (job is None or job.state is JobState.SUCCEEDED or job.spec.prepare is None):
+            continue
+        pending.add(_normal(job.spec.prepare.output, tenant, root))
+    return pending
+
+
+def reads_pending(spec: JobSpec, pending: set[str], tenant: str, root: str) -> bool:
+    """Whether the job's token data (`data.uri`, a mixture's members,
+    `eval.uri`) includes one of the `pending` datasets."""
+    if not pending:
+        return False
+    uris = list(spec.data.uris().values())
+    if spec.eval is not None and spec.eval.uri is not None:
+        uris.append(spec.eval.uri)
+    return any(_normal(uri, tenant, root) in pending for uri in uris)
+
+
+def _normal(uri: str, tenant: str, root: str) -> str:
+    with contextlib.suppress(ValueError):  # one refused is the data check's, in its words
+        uri = check_data_uri(uri, tenant, root)
+    return uri.rstrip("/")
