@@ -1,7 +1,8 @@
 """Start from weights and export them: a tiny random `LlamaForCausalLM` made
 here, imported by each rank reading only its own slices (its logits equal
 transformers' within 1e-5 at world sizes 1 and 2), a job initialised from
-another job's checkpoint at another world size, and an export that
+another job's checkpoint at another world size (a step named, or its
+latest), and an export that
 transformers loads back (and one whose writer is killed, never listed)."""
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ def test_a_job_starts_from_another_jobs_checkpoint_resharded(tmp_path, one_rank)
         assert torch.equal(value.full_tensor(), source[name]), name
     assert trainer.step == 0 and trainer.batches.next_sample == 0
     assert not trainer.optimizer.state  # fresh AdamW: no moments yet
+    # No step: the source's latest committed one (a job that waited for its source to succeed).
+    latest = Trainer(job_spec(init={"job": "source"}),
+                     CheckpointTarget(root=root, tenant="acme", job="forked-latest", secret=SECRET))
+    assert latest.initialised_from == "weights from job source step 3"
     resumed = Trainer(job_spec(init={"job": "source", "step": 3, "resume_optimizer": True,
                                      "resume_data": True}),
                       CheckpointTarget(root=root, tenant="acme", job="forked-2", secret=SECRET))
