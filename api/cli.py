@@ -5,7 +5,8 @@
                             prints the URL and the admin key
     brigade submit job.yaml [-f]        submit a job spec (YAML or JSON); prints the job id
                                         (-f: follow it; exit 0 if it succeeds, 1 otherwise)
-    brigade jobs [--state S] [--tenant T]   list jobs
+    brigade jobs [--state S] [--tenant T] [--sweep ID]
+                                        list jobs (--sweep: that sweep's trials)
     brigade get|status|events ID        one job; where it is; its state changes
     brigade metrics ID [--columns C,..] [--format csv|jsonl]
                                         its per-step metrics (loss, lr, tokens/s, ...)

@@ -78,6 +78,7 @@ def submit(
 def jobs(
     state: Annotated[list[str] | None, typer.Option(help="only jobs in this state (repeatable)")] = None,
     tenant: Annotated[str | None, typer.Option(help="the admin: only this tenant's jobs")] = None,
+    sweep: Annotated[str | None, typer.Option(help="only this sweep's trials")] = None,
     limit: int = 50,
     offset: int = 0,
     output: Output = OutputFormat.table,
@@ -87,7 +88,7 @@ def jobs(
     """List jobs, newest first (the admin: every tenant's): kind, state,
     world size, step of steps, latest loss."""
     with _client(url, key) as client:
-        page = client.jobs(state=state, limit=limit, offset=offset, tenant=tenant)
+        page = client.jobs(state=state, limit=limit, offset=offset, tenant=tenant, sweep=sweep)
     emit(page, output, lambda: (
         ("ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS", "STEP", "LOSS", "CREATED"),
         [(j.id, j.tenant, j.name, j.spec.kind, j.state.value, or_dash(j.workers),

@@ -129,11 +129,15 @@ class BrigadeClient:
                           idempotent=True)
 
     def jobs(self, state: str | JobState | Iterable[str | JobState] | None = None,
-             limit: int = 50, offset: int = 0, tenant: str | None = None) -> JobsPublic:
-        """A page of jobs, newest first; the admin sees every tenant's (or `tenant`'s)."""
+             limit: int = 50, offset: int = 0, tenant: str | None = None,
+             sweep: str | None = None) -> JobsPublic:
+        """A page of jobs, newest first; the admin sees every tenant's (or `tenant`'s);
+        `sweep`: only that sweep's trials."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if tenant:
             params["tenant"] = tenant
+        if sweep:
+            params["sweep"] = sweep
         if state:
             states = [state] if isinstance(state, str | JobState) else list(state)
             params["state"] = ",".join(JobState(s).value if isinstance(s, JobState) else s for s in states)

@@ -71,13 +71,15 @@ class JobJson:
 
 class PageQuery(NamedTuple):
     """What a page of `GET /v1/jobs` is of: whose jobs (None: every
-    tenant's, the admin's), which states, which slice, which name."""
+    tenant's, the admin's), which states, which slice, which name, which
+    sweep's trials."""
 
     tenant: str | None
     states: tuple[JobState, ...] | None
     limit: int
     offset: int
     name: str | None
+    sweep: str | None = None
 
 
 class JobPages:
@@ -94,7 +96,8 @@ class JobPages:
         if found is not None and found[0] == version:
             return found[1]
         items, total = reads.list_jobs(tenant=query.tenant, states=query.states,
-                                       limit=query.limit, offset=query.offset, name=query.name)
+                                       limit=query.limit, offset=query.offset, name=query.name,
+                                       sweep=query.sweep)
         made = self._jobs.page(items, total, query.limit, query.offset)
         self._keep(query, version, made)
         return made

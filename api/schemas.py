@@ -51,6 +51,7 @@ class JobPublic(_Public):
     expected_start: datetime | None = None
     expected_start_reason: str | None = None
     latest_loss: float | None = None  # the newest metrics row's loss (a training job's); None: none yet
+    sweep: str | None = None  # the sweep this job is a trial of; None: a job of its own
 
 
 class JobsPublic(BaseModel):

@@ -3,11 +3,15 @@
     QUEUED -> STARTING -> RUNNING -> SUCCEEDED
                             |  |  \\-> FAILED
                             |  \\----> CANCELLING -> CANCELLED
+                            |  \\----> PRUNING -> PRUNED      (a sweep's pruner stopped it)
                             |  \\----> SUSPENDING -> SUSPENDED -> QUEUED (resume)
                             \\-------> PREEMPTING -> QUEUED      (checkpoint, then release)
           RUNNING --worker lost--> RESTARTING -> STARTING       (from the latest checkpoint)
     STARTING and RESTARTING may be preempted too; a RESTARTING job that no
     longer fits the cluster at any of its sizes goes back to QUEUED.
+    PRUNING stops a sweep's trial at once, like a cancel (its last committed
+    checkpoint kept); one that holds no workers (QUEUED, SUSPENDED) goes
+    straight to PRUNED.
 
 Every change is a row in the job's event log with its reason; a transition
 not in the table is an error (`IllegalTransition`), never a silent overwrite.
@@ -27,9 +31,11 @@ class JobState(str, Enum):
     PREEMPTING = "PREEMPTING"
     RESTARTING = "RESTARTING"
     CANCELLING = "CANCELLING"
+    PRUNING = "PRUNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    PRUNED = "PRUNED"
 
     @property
     def is_terminal(self) -> bool:
@@ -37,25 +43,32 @@ class JobState(str, Enum):
 
 
 S = JobState
-TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
-ACTIVE = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.RESTARTING, S.CANCELLING})
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PRUNED})
+ACTIVE = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.RESTARTING, S.CANCELLING,
+                    S.PRUNING})
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.FAILED}),
+    S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.FAILED, S.PRUNED}),
     S.STARTING: frozenset(
-        {S.RUNNING, S.RESTARTING, S.FAILED, S.CANCELLING, S.SUSPENDING, S.PREEMPTING, S.QUEUED}
+        {S.RUNNING, S.RESTARTING, S.FAILED, S.CANCELLING, S.SUSPENDING, S.PREEMPTING, S.QUEUED,
+         S.PRUNING}
     ),
     S.RUNNING: frozenset(
-        {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.SUSPENDING, S.PREEMPTING, S.RESTARTING}
+        {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.SUSPENDING, S.PREEMPTING, S.RESTARTING, S.PRUNING}
     ),
-    S.SUSPENDING: frozenset({S.SUSPENDED, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.RESTARTING}),
-    S.SUSPENDED: frozenset({S.QUEUED, S.CANCELLED}),
-    S.PREEMPTING: frozenset({S.QUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLING}),
-    S.RESTARTING: frozenset({S.STARTING, S.FAILED, S.CANCELLING, S.PREEMPTING, S.QUEUED}),
+    S.SUSPENDING: frozenset(
+        {S.SUSPENDED, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.RESTARTING, S.PRUNING}
+    ),
+    S.SUSPENDED: frozenset({S.QUEUED, S.CANCELLED, S.PRUNED}),
+    S.PREEMPTING: frozenset({S.QUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.PRUNING}),
+    S.RESTARTING: frozenset({S.STARTING, S.FAILED, S.CANCELLING, S.PREEMPTING, S.QUEUED,
+                             S.PRUNING}),
     S.CANCELLING: frozenset({S.CANCELLED}),
+    S.PRUNING: frozenset({S.PRUNED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
+    S.PRUNED: frozenset(),
 }
 
 

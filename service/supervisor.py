@@ -48,6 +48,7 @@ from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 RETENTION_SWEEP_S = 60.0  # how often finished jobs past their retention are looked for
+PRUNE_TRIES = 5  # a prune decided again as often where the job keeps moving meanwhile
 
 
 class Supervisor:
@@ -76,13 +77,15 @@ class Supervisor:
 
     # -- requests ---------------------------------------------------------------
 
-    def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[JobRecord, bool]:
+    def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
+               sweep: str | None = None) -> tuple[JobRecord, bool]:
         """Queue the job that `spec` (parsed by the caller) asks for, once the
-        submit checks (`service.intake.checks`) pass it; (job, created)."""
+        submit checks (`service.intake.checks`) pass it; (job, created).
+        `sweep`: the sweep it is a trial of."""
         spec = intake(spec, tenant, data_root=self.settings.resolved_data_uri_root,
                       store=self.store, checkpoints_of=self._checkpoint_store)
         job, created = self.store.create_job(
-            tenant=tenant, name=spec.name, spec=spec,
+            tenant=tenant, name=spec.name, spec=spec, sweep=sweep,
             priority=spec.priority, idempotency_key=idempotency_key, demand=Demand.from_spec(spec),
         )
         self._wake.set()
@@ -93,7 +96,7 @@ class Supervisor:
         job = self._job(tenant, job_id)
         by = _who(tenant)
         try:
-            if job.state in (S.CANCELLING, S.CANCELLED):
+            if job.state in (S.CANCELLING, S.CANCELLED, S.PRUNING):  # a pruned one stops anyway
                 return job
             if job.state in (S.QUEUED, S.SUSPENDED):
                 return self.store.transition(job_id, S.CANCELLED, reason=f"cancelled by {by}",
@@ -102,9 +105,33 @@ class Supervisor:
                                          expect=job.state)
         except UnexpectedState:  # it moved meanwhile: maybe a cancel that won the race
             now = self._job(tenant, job_id)
-            if now.state in (S.CANCELLING, S.CANCELLED):
+            if now.state in (S.CANCELLING, S.CANCELLED, S.PRUNING):
                 return now
             raise
+
+    def prune(self, job_id: str, step: int, reason: str) -> JobRecord:
+        """Stop a sweep's trial early (its pruner's call): a job that holds or
+        may hold workers goes PRUNING (its runner stops the group at once, its
+        last committed checkpoint kept, and records PRUNED), one that holds
+        none (QUEUED, SUSPENDED) PRUNED at once; the event's reason is
+        "pruned at step {step}: {reason}". Idempotent: a job PRUNING or
+        already finished (PRUNED too), or being cancelled, is returned as is."""
+        why = f"pruned at step {step}: {reason}"
+        for _ in range(PRUNE_TRIES):
+            job = self._job(ADMIN_TENANT, job_id)
+            if job.state.is_terminal or job.state in (S.PRUNING, S.CANCELLING):
+                return job
+            to = S.PRUNED if job.state in (S.QUEUED, S.SUSPENDED) else S.PRUNING
+            try:
+                pruned = self.store.transition(job_id, to, reason=why, expect=job.state)
+            except UnexpectedState:  # it moved meanwhile (admitted, preempted): decide again
+                continue
+            if to is S.PRUNED:
+                service_metrics.count_transition(pruned.tenant, S.PRUNED)
+            logger.info("job %s: %s -> %s: %s", job_id, job.state.value, to.value, why,
+                        extra=job_fields(job))
+            return pruned
+        return self._job(ADMIN_TENANT, job_id)  # still moving: as it is; its pruner asks again
 
     def suspend(self, tenant: str, job_id: str) -> JobRecord:
         job = self._job(tenant, job_id)
@@ -384,6 +411,10 @@ class Supervisor:
         why = f"reconciled after a control-plane restart: worker group {name} is gone"
         if job.state is S.CANCELLING:
             self.store.transition(job.id, S.CANCELLED, reason=why)
+            return
+        if job.state is S.PRUNING:  # its last committed checkpoint stays
+            self.store.transition(job.id, S.PRUNED, reason=why)
+            service_metrics.count_transition(job.tenant, S.PRUNED)
             return
         if job.state is S.SUSPENDING:
             self.store.transition(job.id, S.SUSPENDED, reason=why, workers=None)

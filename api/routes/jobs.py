@@ -79,6 +79,7 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Index = 0,
     name: Annotated[str | None, Query(max_length=128, description="jobs whose name contains this")] = None,
+    sweep: Annotated[str | None, Query(max_length=32, description="only this sweep's trials")] = None,
     of_tenant: Annotated[str | None, Query(
         alias="tenant", max_length=128,
         description="the admin: only this tenant's jobs (default: every tenant's)")] = None,
@@ -86,7 +87,8 @@ async def list_jobs(
     """A tenant's own jobs; for the admin key, every tenant's (or `tenant`'s)."""
     states = parse_states(state)
     query = PageQuery(tenant=listed_tenant(tenant, of_tenant), limit=limit, offset=offset,
-                      states=None if states is None else tuple(states), name=name or None)
+                      states=None if states is None else tuple(states), name=name or None,
+                      sweep=sweep or None)
     return Response(await read(store, _PAGES.json, query), media_type="application/json")
 
 

@@ -18,7 +18,7 @@ construction:
                                         holds its workers, so it is not queued)
        RESTARTING                       recovering
        SUSPENDING, SUSPENDED            suspended (a person asked it to stop)
-       CANCELLING                       suspended (the same: goodput leaves it out)
+       CANCELLING, PRUNING              suspended (the same: goodput leaves it out)
        STARTING                         starting, or recovering (see 2)
        RUNNING                          training, unless 2 or 3 says otherwise
 
@@ -35,7 +35,7 @@ construction:
 3. **Rows** (the surviving metrics rows, one a step: a step done again
    replaces the earlier attempt's row; each is placed in the attempt whose
    span holds its `wall_time`, when the step ended). After the start-up,
-   over any state that holds a group (STARTING .. CANCELLING):
+   over any state that holds a group (STARTING .. CANCELLING, PRUNING):
 
        [wall_time - eval_s - step_time_s, + data_wait_s)   data_wait
        the rest of the step's compute                      training
@@ -77,10 +77,11 @@ _BY_STATE = {
     S.SUSPENDING: "suspended",
     S.SUSPENDED: "suspended",
     S.CANCELLING: "suspended",
+    S.PRUNING: "suspended",
     S.STARTING: "starting",
     S.RUNNING: "training",
 }
-_HOLDING = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.CANCELLING})
+_HOLDING = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.CANCELLING, S.PRUNING})
 _STARTING_UP = frozenset({S.STARTING, S.RUNNING})
 _RUNNING = frozenset({S.RUNNING})
 # What of a metrics row the phase intervals read (a caller may load just these).

@@ -5,6 +5,7 @@ Counted where things happen, for the life of the process:
 
     brigade_job_restarts_total{tenant}           a job restarting after a failure
     brigade_job_preemptions_total{tenant}        a job preempted (by a higher priority, or SIGTERM)
+    brigade_job_prunes_total{tenant}             a sweep's trial stopped early by its pruner (PRUNED)
     brigade_scheduling_pass_duration_seconds     one scheduling pass
     brigade_job_recovery_duration_seconds{kind}  from a failure (or notice) to the first new step
     brigade_checkpoint_save_duration_seconds     how long training waited for a checkpoint save
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 RESTARTS = Counter("brigade_job_restarts", "Jobs restarted after a failure.", ["tenant"], registry=None)
 PREEMPTIONS = Counter("brigade_job_preemptions", "Jobs preempted (a higher priority, or SIGTERM).",
                       ["tenant"], registry=None)
+PRUNES = Counter("brigade_job_prunes", "Sweep trials stopped early by their pruner.", ["tenant"],
+                 registry=None)
 SCHEDULING_PASS = Histogram(
     "brigade_scheduling_pass_duration_seconds", "Time of one scheduling pass.", registry=None,
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
@@ -51,7 +54,7 @@ CHECKPOINT_SAVE = Histogram(
     "brigade_checkpoint_save_duration_seconds",
     "How long training waited for a checkpoint save (the whole save when blocking).",
     registry=None, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
-PROCESS_METRICS = (RESTARTS, PREEMPTIONS, SCHEDULING_PASS, RECOVERY, CHECKPOINT_SAVE)
+PROCESS_METRICS = (RESTARTS, PREEMPTIONS, PRUNES, SCHEDULING_PASS, RECOVERY, CHECKPOINT_SAVE)
 
 
 def count_transition(tenant: str, to: JobState) -> None:
@@ -60,6 +63,8 @@ def count_transition(tenant: str, to: JobState) -> None:
         RESTARTS.labels(tenant=tenant).inc()
     elif to is JobState.PREEMPTING:
         PREEMPTIONS.labels(tenant=tenant).inc()
+    elif to is JobState.PRUNED:
+        PRUNES.labels(tenant=tenant).inc()
 
 
 def observe_checkpoint_saves(rows: list[dict]) -> None:

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 FLUSH_S = 10.0
 EXPERIMENT_PREFIX = "brigade/"
 _MLFLOW_STATUS = {JobState.SUCCEEDED: "FINISHED", JobState.FAILED: "FAILED",
-                  JobState.CANCELLED: "KILLED"}
+                  JobState.CANCELLED: "KILLED", JobState.PRUNED: "KILLED"}
 
 
 # A mixture's per-member metrics, plotted one series a member: `mix_tokens/wiki`

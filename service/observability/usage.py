@@ -4,8 +4,8 @@ the goodput phases (service/observability/goodput.py) with the tenant's
 goodput, its jobs that finished (by final state) and the preemptions its
 jobs suffered; and the cluster's total of all of it.
 
-A job holds workers while it is in an active state (STARTING .. CANCELLING)
-other than RESTARTING (its group is gone, it waits out its backoff);
+A job holds workers while it is in an active state (STARTING .. CANCELLING,
+PRUNING) other than RESTARTING (its group is gone, it waits out its backoff);
 each event records the world size the job holds after it (`workers`, since
 migration 0003), so a job that restarted smaller is counted at each size for
 as long as it held it. An event written before that column existed has no
@@ -19,7 +19,8 @@ counts its length times the workers held over it. So a phase spent holding
 nothing (`queued`, the RESTARTING part of `recovering`) counts 0, a 4-worker
 job training 10 s counts 40, and the phases sum to `worker_seconds`. A
 tenant's goodput is its `training` worker-seconds over its held
-worker-seconds less `suspended` (a person's stop, or a cancel's wind-down).
+worker-seconds less `suspended` (a person's stop, or a cancel's or a
+prune's wind-down).
 
 Pure: the caller reads the store (`phase_rows` reads just what the phase
 intervals need of a job's metrics rows).

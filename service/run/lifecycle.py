@@ -10,6 +10,7 @@ and the errors' texts that users, the end-to-end and the chaos tests read.
 What a job asked to give its workers back gets:
 
     CANCELLING           -> CANCELLED (whatever the group did)
+    PRUNING              -> PRUNED (likewise; its latest committed checkpoint kept)
     SUSPENDING           -> SUSPENDED, checkpointed or not (a success still succeeds)
     PREEMPTING           -> QUEUED, not counted as a failure (likewise)
     RUNNING, SIGTERM     -> PREEMPTING -> QUEUED (a preemption, counted apart)
@@ -41,6 +42,7 @@ class Outcome(Enum):
     FAILED = "failed"  # a rank failed or was lost, or the group stopped answering
     KILLED = "killed"  # asked to stop, it did not within its grace period: killed
     CANCELLED = "cancelled"  # its user cancelled it while it ran
+    PRUNED = "pruned"  # its sweep's pruner stopped it while it ran
     START_FAILED = "start_failed"  # the group could not start
     NO_CAPACITY = "no_capacity"  # the group's bundles were not all free in time
     NO_GROUP = "no_group"  # between attempts: no group runs (a runner's first look)
@@ -129,7 +131,7 @@ class Transition:
 
 STAY = Transition(None)
 RELEASED = {S.PREEMPTING: (S.QUEUED, "requeued"), S.SUSPENDING: (S.SUSPENDED, "suspended"),
-            S.CANCELLING: (S.CANCELLED, "cancelled")}
+            S.CANCELLING: (S.CANCELLED, "cancelled"), S.PRUNING: (S.PRUNED, "pruned")}
 
 
 def decide(job: JobFacts, outcome: GroupOutcome, *, checkpoint: dict | None = None,
@@ -156,6 +158,8 @@ def decide(job: JobFacts, outcome: GroupOutcome, *, checkpoint: dict | None = No
     kept = {"latest_checkpoint": checkpoint} if checkpoint else {}
     if job.state is S.CANCELLING or kind is Outcome.CANCELLED:
         return Transition(S.CANCELLED, "cancelled; workers released")
+    if job.state is S.PRUNING or kind is Outcome.PRUNED:
+        return Transition(S.PRUNED, f"pruned at step {job.step}; workers released", kept)
     if kind is Outcome.PREEMPTED:
         return _preempted(job, outcome.error or "a rank got SIGTERM", kept)
     if kind is Outcome.FINISHED:
@@ -253,5 +257,5 @@ def _restart_or_fail(job: JobFacts, failure: Failure, kept: dict, failures: Sequ
 
 
 def _fail(job: JobFacts, error: str) -> Transition:
-    target = S.CANCELLED if job.state is S.CANCELLING else S.FAILED
+    target = {S.CANCELLING: S.CANCELLED, S.PRUNING: S.PRUNED}.get(job.state, S.FAILED)
     return Transition(target, error, {"error": error})

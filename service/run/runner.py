@@ -1,14 +1,14 @@
 """One job's driver: a thread that launches (or reattaches to) the job's
-worker group, records its progress, carries out cancel and suspend, and
-records the next state that `service.run.lifecycle.decide` gives for how the
-group ended.
+worker group, records its progress, carries out cancel, prune and suspend,
+and records the next state that `service.run.lifecycle.decide` gives for how
+the group ended.
 
 It decides nothing itself and reaches for nothing: it is handed the store
-(the source of truth: requests from the API arrive as state changes,
-CANCELLING or SUSPENDING, that it sees at its next poll), `launch` (where the
-cluster begins: the supervisor's starts a Ray worker group, a test's a fake),
-the restart policy, and `ControlPlane`, the few questions it asks of the rest
-of the control plane.
+(the source of truth: requests from the API, and a sweep's pruner's, arrive
+as state changes, CANCELLING, PRUNING or SUSPENDING, that it sees at its next
+poll), `launch` (where the cluster begins: the supervisor's starts a Ray
+worker group, a test's a fake), the restart policy, and `ControlPlane`, the
+few questions it asks of the rest of the control plane.
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ class JobRunner(threading.Thread):
                 return GroupOutcome(Outcome.NO_GROUP)
             if not transition.launch:  # back in the queue: the next look ends this runner
                 return GroupOutcome(Outcome.NO_GROUP)
+        elif job.state is not S.STARTING:  # cancelled, pruned or preempted in its backoff: no launch
+            return GroupOutcome(Outcome.NO_GROUP)
         self._interruption = Interruption.before(self.store, job)
         started = self.launch(job)
         if isinstance(started, GroupOutcome):
@@ -188,6 +190,8 @@ class JobRunner(threading.Thread):
             state = self._job().state
             if state is S.CANCELLING:
                 return GroupOutcome(Outcome.CANCELLED)
+            if state is S.PRUNING:  # stopped at once, as a cancel: its last checkpoint stays
+                return GroupOutcome(Outcome.PRUNED)
             if state in (S.SUSPENDING, S.PREEMPTING):
                 if stop_sent is None:
                     group.request_stop()

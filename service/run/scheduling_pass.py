@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING})
+LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING, S.PRUNING})
 
 
 class Admission:

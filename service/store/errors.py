@@ -38,7 +38,8 @@ class JobUnfinished(RuntimeError):
     def __init__(self, job_id: str, state: JobState):
         self.job_id, self.state = job_id, state
         super().__init__(f"job {job_id} is {state.value}: only a finished job (SUCCEEDED, "
-                         "FAILED or CANCELLED) is deleted; cancel it and wait for it to end first")
+                         "FAILED, CANCELLED or PRUNED) is deleted; cancel it and wait for it to "
+                         "end first")
 
 
 class ConcurrentUpdate(RuntimeError):

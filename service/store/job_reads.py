@@ -57,13 +57,13 @@ class JobReads:
 
     def list_jobs(
         self, *, tenant: str | None, states: Iterable[JobState] | None = None,
-        limit: int = 50, offset: int = 0, name: str | None = None,
+        limit: int = 50, offset: int = 0, name: str | None = None, sweep: str | None = None,
     ) -> tuple[list[JobRecord], int]:
         """One page of a tenant's jobs (tenant None: every tenant's), newest
-        first, and how many there are in all."""
-        params = {"tenant": tenant, "limit": limit, "offset": offset,
+        first, and how many there are in all (`sweep`: only that sweep's trials)."""
+        params = {"tenant": tenant, "limit": limit, "offset": offset, "sweep": sweep,
                   "states": None if states is None else [JobState(s).value for s in states]}
-        count, query = _list_queries(tenant is not None, states is not None)
+        count, query = _list_queries(tenant is not None, states is not None, sweep is not None)
         if name:  # a part of the job's name, taken literally (no wildcards)
             named = _JOBS.c.name.contains(name, autoescape=True)
             count, query = count.where(named), query.where(named)
@@ -96,7 +96,7 @@ class JobReads:
 
 
 @functools.cache
-def _list_queries(by_tenant: bool, by_state: bool) -> tuple[Select, Select]:
+def _list_queries(by_tenant: bool, by_state: bool, by_sweep: bool) -> tuple[Select, Select]:
     """(count, page) of `list_jobs`, with bound parameters: built and compiled
     once per shape rather than on every call (~0.2 ms a page)."""
     conditions = []
@@ -104,6 +104,8 @@ def _list_queries(by_tenant: bool, by_state: bool) -> tuple[Select, Select]:
         conditions.append(_JOBS.c.tenant == bindparam("tenant"))
     if by_state:
         conditions.append(_JOBS.c.state.in_(bindparam("states", expanding=True)))
+    if by_sweep:
+        conditions.append(_JOBS.c.sweep == bindparam("sweep"))
     count = select(func.count()).select_from(_JOBS).where(*conditions)
     page = (select(*_JOB_ROW).where(*conditions)
             .order_by(_JOBS.c.created_at.desc(), _JOBS.c.id.desc())

@@ -157,7 +157,7 @@ class JobStore:
     def create_job(
         self, *, tenant: str, name: str, spec: JobSpec, priority: int = 0,
         idempotency_key: str | None = None, reason: str = "submitted",
-        demand: Demand | None = None,
+        demand: Demand | None = None, sweep: str | None = None,
     ) -> tuple[JobRecord, bool]:
         """A new QUEUED job and its creation event: (job, True). With an
         idempotency key the tenant has used before: (that job, False), even
@@ -173,7 +173,7 @@ class JobStore:
         refused when it could never run under the quota, or asks for a
         priority above the tenant's (`QuotaPolicy.check_submit`). Refusals
         raise `QuotaExceeded`. A name with no tenants row (the admin) is
-        unlimited."""
+        unlimited. `sweep`: the sweep the job is a trial of."""
         if idempotency_key is not None and (found := self._by_key(tenant, idempotency_key)):
             return found, False
         now = utcnow()
@@ -181,6 +181,7 @@ class JobStore:
             id=new_job_id(), tenant=tenant, name=name, state=JobState.QUEUED.value,
             spec=spec.to_json(), priority=priority, step=0, restarts=0, preemptions=0,
             attempt=0, idempotency_key=idempotency_key, created_at=now, updated_at=now,
+            sweep=sweep,
         )
         try:
             with self._write() as session:
@@ -206,12 +207,12 @@ class JobStore:
 
     def list_jobs(
         self, *, tenant: str | None, states: Iterable[JobState] | None = None,
-        limit: int = 50, offset: int = 0, name: str | None = None,
+        limit: int = 50, offset: int = 0, name: str | None = None, sweep: str | None = None,
     ) -> tuple[list[JobRecord], int]:
         """One page of a tenant's jobs (tenant None: every tenant's), newest
-        first, and how many there are in all."""
+        first, and how many there are in all (`sweep`: only that sweep's trials)."""
         return self.reads.list_jobs(tenant=tenant, states=states, limit=limit, offset=offset,
-                                    name=name)
+                                    name=name, sweep=sweep)
 
     def count_by_state(self) -> dict[JobState, int]:
         """How many jobs of all tenants are in each state (every state listed)."""

@@ -142,3 +142,46 @@ def test_a_preparations_page_is_its_files_not_a_models_curves(served):
         assert "chart-memory" not in page and 'id="checkpoints"' not in page and 'id="exports"' not in page
         page = browser.get(f"/jobs/{train.id}").text
         assert 'data-kind="train"' in page and "chart-memory" in page and "prepare-files" not in page
+
+
+def test_a_sweeps_trials_list_by_sweep_in_the_api_the_client_and_the_cli(served, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from api.cli import app
+    from api.client import BrigadeClient
+    from workers.spec import JobSpec
+
+    url, store, other = served
+    _, key = store.tenants.create("sweeper")
+    spec = JobSpec.model_validate(SPEC)
+    alone = _submit(store, "sweeper", "alone")
+    trials = [store.create_job(tenant="sweeper", name=f"lr-t{k}", spec=spec,
+                               sweep="s-0000000000a1")[0] for k in range(2)]
+    admins, _ = store.create_job(tenant="admin", name="lr-t0", spec=spec, sweep="s-0000000000a1")
+    with _client(url, key) as tenant, _client(url, ADMIN_KEY) as admin:
+        listed = tenant.get("/v1/jobs", params={"sweep": "s-0000000000a1"}).json()
+        assert [j["id"] for j in listed["items"]] == [trials[1].id, trials[0].id]
+        assert listed["total"] == 2 and {j["sweep"] for j in listed["items"]} == {"s-0000000000a1"}
+        assert tenant.get(f"/v1/jobs/{trials[0].id}").json()["sweep"] == "s-0000000000a1"
+        assert tenant.get(f"/v1/jobs/{alone.id}").json()["sweep"] is None
+        everything = tenant.get("/v1/jobs").json()["items"]  # another page than the sweep's
+        assert len(everything) == 3 and alone.id in {j["id"] for j in everything}
+        assert tenant.get("/v1/jobs", params={"sweep": "s-0000000000b2"}).json()["items"] == []
+        assert admin.get("/v1/jobs", params={"sweep": "s-0000000000a1"}).json()["total"] == 3
+        # a trial that changed shows on the sweep's kept page at once
+        other.transition(trials[0].id, S.PRUNED, reason="pruned at step 0: test")
+        states = {j["id"]: j["state"] for j in tenant.get(
+            "/v1/jobs", params={"sweep": "s-0000000000a1"}).json()["items"]}
+        assert states == {trials[0].id: "PRUNED", trials[1].id: "QUEUED"}
+        too_long = tenant.get("/v1/jobs", params={"sweep": "s" * 33})
+        assert too_long.status_code == 422 and "sweep" in too_long.text
+    with BrigadeClient(url, key) as client:
+        page = client.jobs(sweep="s-0000000000a1", state="PRUNED")
+        assert [j.id for j in page.items] == [trials[0].id] and page.items[0].sweep == "s-0000000000a1"
+    shown = CliRunner().invoke(app, ["jobs", "--sweep", "s-0000000000a1", "-o", "json"], env={
+        "BRIGADE_URL": url, "BRIGADE_API_KEY": key, "BRIGADE_CONFIG": str(tmp_path / "none.yaml")})
+    assert shown.exit_code == 0, shown.output
+    assert {j["id"] for j in json.loads(shown.stdout)["items"]} == {t.id for t in trials}
+    assert admins.id not in shown.stdout

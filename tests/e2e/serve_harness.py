@@ -16,7 +16,7 @@ import httpx
 from workers.engine.distributed import free_port
 
 KEY = "e2e-admin-key-0123456789"
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "PRUNED"}
 
 
 class Server:

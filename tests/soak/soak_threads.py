@@ -25,7 +25,7 @@ from tests.soak.soak_checks import ranks_on_ray
 from tests.soak.soak_client import SoakClient
 from tests.soak.soak_plan import TENANTS, FaultPlan, JobPlan, SoakPlan, chaos_victims
 
-ACTIVE = "STARTING,RUNNING,SUSPENDING,PREEMPTING,RESTARTING,CANCELLING"
+ACTIVE = "STARTING,RUNNING,SUSPENDING,PREEMPTING,RESTARTING,CANCELLING,PRUNING"
 POOL = "brigade-pool-"  # service/supervisor.py pool_prefix: warm ranks keep the pool's names
 SPACE_LEFT = 48 << 10  # what the filler leaves free: less than any rank's shard
 

@@ -161,6 +161,15 @@ def test_a_cancelled_job_ends_cancelled_however_its_group_ended(kind):
     assert (t.to, t.reason, t.launch) == (S.CANCELLED, "cancelled; workers released", False)
 
 
+@pytest.mark.parametrize("kind", [Outcome.PRUNED, Outcome.FINISHED, Outcome.FAILED,
+                                  Outcome.KILLED, Outcome.PREEMPTED, Outcome.START_FAILED])
+def test_a_pruned_job_ends_pruned_however_its_group_ended_keeping_its_checkpoint(kind):
+    t = decide(job(S.PRUNING), outcome(kind, "boom"), checkpoint=CHECKPOINT)
+    assert (t.to, t.reason, t.launch) == (S.PRUNED, "pruned at step 25; workers released", False)
+    assert (t.fields, t.via) == ({"latest_checkpoint": CHECKPOINT}, None)
+    assert decide(job(S.PRUNING), outcome(kind)).fields == {}  # none committed: none to keep
+
+
 # -- starting ----------------------------------------------------------------------
 
 
@@ -180,6 +189,7 @@ def test_a_group_without_capacity_in_time_goes_back_to_the_queue_uncounted():
     assert t.reason == "capacity not available: 2 bundles were not free within 60s; requeued"
     # Cancelled while it waited for its bundles: straight on.
     assert decide(job(S.CANCELLING), ended).reason == "cancelled between attempts: no workers were running"
+    assert decide(job(S.PRUNING), ended).reason == "pruned between attempts: no workers were running"
 
 
 # -- between attempts --------------------------------------------------------------
@@ -187,7 +197,8 @@ def test_a_group_without_capacity_in_time_goes_back_to_the_queue_uncounted():
 
 @pytest.mark.parametrize("state,to,what", [(S.PREEMPTING, S.QUEUED, "requeued"),
                                            (S.SUSPENDING, S.SUSPENDED, "suspended"),
-                                           (S.CANCELLING, S.CANCELLED, "cancelled")])
+                                           (S.CANCELLING, S.CANCELLED, "cancelled"),
+                                           (S.PRUNING, S.PRUNED, "pruned")])
 def test_a_job_asked_to_give_back_workers_it_does_not_hold_goes_straight_on(state, to, what):
     t = decide(job(state), outcome(Outcome.NO_GROUP))
     assert (t.to, t.fields, t.launch) == (to, {"workers": None}, False)
@@ -214,14 +225,15 @@ def test_an_admitted_job_launches_at_once_and_a_finished_one_stays():
     assert decide(job(S.STARTING), outcome(Outcome.NO_GROUP)) == decide(
         job(S.STARTING), outcome(Outcome.NO_GROUP), policy=RestartPolicy(9.0))
     assert decide(job(S.STARTING), outcome(Outcome.NO_GROUP)).launch
-    for state in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
+    for state in (S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PRUNED):
         assert decide(job(state), LOST) is STAY
 
 
-def test_a_control_plane_error_fails_the_job_or_ends_its_cancel():
+def test_a_control_plane_error_fails_the_job_or_ends_its_cancel_or_prune():
     t = decide(job(), outcome(Outcome.CONTROL_PLANE_ERROR, "control plane error: KeyError: 'x'"))
     assert (t.to, t.fields) == (S.FAILED, {"error": "control plane error: KeyError: 'x'"})
     assert decide(job(S.CANCELLING), outcome(Outcome.CONTROL_PLANE_ERROR, "e")).to is S.CANCELLED
+    assert decide(job(S.PRUNING), outcome(Outcome.CONTROL_PLANE_ERROR, "e")).to is S.PRUNED
 
 
 def test_restart_at_the_size_that_fits_or_requeue():

@@ -330,6 +330,18 @@ def test_cancel_while_running_releases_the_workers(store):
     assert events(store, job_id)[-1] == ("CANCELLED", "cancelled; workers released")
 
 
+def test_prune_while_running_stops_at_once_keeps_the_checkpoint_and_releases_the_workers(store):
+    job_id = submit(store)
+    cluster = FakeCluster([4, user(store, job_id, S.PRUNING)])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.step, job.latest_checkpoint) == (S.PRUNED, 4, {"step": 4, "world_size": 2})
+    assert events(store, job_id)[-2:] == [("PRUNING", "test: PRUNING"),
+                                          ("PRUNED", "pruned at step 4; workers released")]
+    assert not cluster.groups[0].stop_requested  # not asked to checkpoint first: shut down
+    assert cluster.saved == [2, 4]
+
+
 def test_suspend_checkpoints_and_stops(store):
     job_id = submit(store)
     cluster = FakeCluster([4, user(store, job_id, S.SUSPENDING)])
@@ -400,7 +412,8 @@ def test_a_group_without_capacity_in_time_goes_back_to_the_queue(store):
 
 
 @pytest.mark.parametrize("state,to,what", [(S.PREEMPTING, S.QUEUED, "requeued"),
-                                           (S.CANCELLING, S.CANCELLED, "cancelled")])
+                                           (S.CANCELLING, S.CANCELLED, "cancelled"),
+                                           (S.PRUNING, S.PRUNED, "pruned")])
 def test_a_job_asked_to_let_go_before_its_group_started_goes_straight_on(store, state, to, what):
     job_id = submit(store, state=state)
     cluster = FakeCluster()
@@ -421,6 +434,34 @@ def test_a_runner_reattached_to_a_live_group_follows_it_to_the_end(store):
     assert store.get_job(job_id).state is S.SUCCEEDED
     assert to_states(store, job_id) == ["RUNNING", "SUCCEEDED"]  # no new attempt
     assert group.shut_down
+
+
+def test_a_runner_reattached_to_a_pruning_jobs_live_group_stops_it(store):
+    job_id = submit(store, state=S.RUNNING)
+    store.transition(job_id, S.PRUNING, reason="pruned at step 0: test")
+    cluster = FakeCluster()
+    group = FakeGroup(cluster, [6])
+    run(store, cluster, job_id, attached=group)
+    assert store.get_job(job_id).state is S.PRUNED and group.shut_down
+    assert to_states(store, job_id) == ["RUNNING", "PRUNING", "PRUNED"]
+
+
+def test_a_restarting_job_pruned_in_its_backoff_is_pruned_without_a_new_attempt(store):
+    job_id = submit(store, state=S.RUNNING)
+    store.transition(job_id, S.RESTARTING, reason="rank 1 lost")
+    cluster = FakeCluster([10, "done"])
+    runner = JobRunner(job_id, store=store, launch=cluster.launch, control=cluster.control(),
+                       policy=RestartPolicy(base_backoff_s=0.5), poll_interval_s=0.0)
+
+    def pruned_meanwhile(timeout: float) -> bool:  # its pruner's call comes in the backoff
+        store.transition(job_id, S.PRUNING, reason="pruned at step 0: test")
+        return False
+
+    runner.detach = Waits()
+    runner.detach.wait = pruned_meanwhile
+    runner.run()
+    assert store.get_job(job_id).state is S.PRUNED and cluster.groups == []
+    assert events(store, job_id)[-1] == ("PRUNED", "pruned between attempts: no workers were running")
 
 
 def test_a_job_whose_group_is_gone_restarts_from_its_checkpoint_after_the_backoff(store):

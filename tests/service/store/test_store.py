@@ -56,6 +56,25 @@ def test_list_pages_newest_first_with_state_filter(store):
     assert store.list_jobs(tenant="acme", states=[S.FAILED]) == ([], 0)
 
 
+def test_a_sweeps_trials_carry_it_and_list_by_it(store):
+    alone = submit(store, name="alone")
+    trials = [submit(store, name=f"lr-t{k}", sweep="s-000000000001") for k in range(3)]
+    other = submit(store, name="other-t0", sweep="s-000000000002")
+    theirs = submit(store, tenant="globex", name="g-t0", sweep="s-000000000001")
+    assert alone.sweep is None and trials[0].sweep == "s-000000000001"
+    assert store.get_job(trials[1].id).sweep == "s-000000000001"
+    store.transition(trials[0].id, S.PRUNED, reason="pruned at step 0: test")
+    listed, total = store.list_jobs(tenant="acme", sweep="s-000000000001")
+    assert total == 3 and [j.id for j in listed] == [t.id for t in reversed(trials)]
+    assert all(j.sweep == "s-000000000001" for j in listed)
+    pruned, total = store.list_jobs(tenant="acme", sweep="s-000000000001", states=[S.PRUNED])
+    assert total == 1 and [j.id for j in pruned] == [trials[0].id]
+    assert [j.id for j in store.list_jobs(tenant="acme", sweep="s-000000000002")[0]] == [other.id]
+    assert store.list_jobs(tenant=None, sweep="s-000000000001")[1] == 4  # the admin's: theirs too
+    assert theirs.id not in {j.id for j in store.list_jobs(tenant="acme", sweep=theirs.sweep)[0]}
+    assert store.list_jobs(tenant="acme", sweep="s-000000000009") == ([], 0)
+
+
 def test_tenants_see_only_their_jobs(store):
     ours, theirs = submit(store, tenant="acme"), submit(store, tenant="globex")
     assert store.get_job(ours.id, tenant="acme") == ours

@@ -70,13 +70,14 @@ const Brigade = (() => {
     QUEUED: "queued", STARTING: "starting", RUNNING: "running", SUSPENDING: "suspended",
     SUSPENDED: "suspended", PREEMPTING: "preempting", RESTARTING: "preempting",
     CANCELLING: "cancelled", SUCCEEDED: "succeeded", FAILED: "failed", CANCELLED: "cancelled",
+    PRUNING: "pruned", PRUNED: "pruned",
   };
   const STATE_MARK = {
     QUEUED: "\u25CB", STARTING: "\u25D4", RUNNING: "\u25B6", SUSPENDING: "\u2016", SUSPENDED: "\u2016",
     PREEMPTING: "\u21BB", RESTARTING: "\u21BB", CANCELLING: "\u2715", SUCCEEDED: "\u2713",
-    FAILED: "!", CANCELLED: "\u2715",
+    FAILED: "!", CANCELLED: "\u2715", PRUNING: "\u2702", PRUNED: "\u2702",
   };
-  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "PRUNED"]);
 
   function badge(state) {
     return el("span", {class: `badge state-${STATE_CLASS[state] || "other"}`, "data-state": state},

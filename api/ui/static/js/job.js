@@ -33,7 +33,8 @@ document.addEventListener("DOMContentLoaded", () => {
     document.getElementById("suspend").disabled = !["RUNNING", "STARTING"].includes(state);
     document.getElementById("resume").disabled = state !== "SUSPENDED";
     document.getElementById("resume-workers").disabled = state !== "SUSPENDED";
-    document.getElementById("cancel").disabled = TERMINAL.has(state) || state === "CANCELLING";
+    document.getElementById("cancel").disabled =
+      TERMINAL.has(state) || state === "CANCELLING" || state === "PRUNING";
   }
 
   async function loadJob() {

@@ -1,0 +1,136 @@
+"""`Supervisor.prune`: a sweep's pruner stops a trial early. Without Ray, a
+supervisor that is not started (nothing admitted) moves jobs set up in each
+state; on the session's Ray cluster, a running job pruned stops at once,
+PRUNED with its checkpoint kept, and its workers go to the next job."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from service.states import JobState as S
+from service.store import JobNotFound
+from service.supervisor import Supervisor
+from tests.api.conftest import make_supervisor
+from workers.spec import JobSpec
+
+SMALL = {"name": "trial", "workers": 1, "resources_per_worker": {"cpu": 1},
+         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
+         "train": {"steps": 10, "global_batch_size": 4}}
+SPEC = JobSpec.model_validate(SMALL)
+# The session cluster's 4 cpus, for as long as it is let run: the next job waits for them.
+WHOLE = JobSpec.model_validate({**SMALL, "resources_per_worker": {"cpu": 4},
+                                "train": {"steps": 100_000, "global_batch_size": 4},
+                                "checkpoint": {"every_steps": 5}})
+# How the store reaches each state a prune may find a job in (after its submit).
+SETUP = {
+    S.QUEUED: [], S.STARTING: [S.STARTING], S.RUNNING: [S.STARTING, S.RUNNING],
+    S.RESTARTING: [S.STARTING, S.RUNNING, S.RESTARTING],
+    S.SUSPENDING: [S.STARTING, S.RUNNING, S.SUSPENDING],
+    S.SUSPENDED: [S.STARTING, S.RUNNING, S.SUSPENDING, S.SUSPENDED],
+    S.PREEMPTING: [S.STARTING, S.RUNNING, S.PREEMPTING],
+    S.CANCELLING: [S.STARTING, S.RUNNING, S.CANCELLING],
+    S.SUCCEEDED: [S.STARTING, S.RUNNING, S.SUCCEEDED], S.CANCELLED: [S.CANCELLED],
+    S.PRUNING: [S.STARTING, S.RUNNING, S.PRUNING], S.PRUNED: [S.PRUNED],
+}
+
+
+@pytest.fixture
+def supervisor(tmp_path):
+    supervisor = make_supervisor(tmp_path)  # not started: nothing is admitted
+    yield supervisor
+    supervisor.store.dispose()
+
+
+def job_in(supervisor: Supervisor, state: S) -> str:
+    job, _ = supervisor.store.create_job(tenant="acme", name="trial-t0", spec=SPEC,
+                                         sweep="s-000000000001")
+    for step in SETUP[state]:
+        supervisor.store.transition(job.id, step, reason="set up by the test")
+    return job.id
+
+
+@pytest.mark.parametrize("state,to", [
+    (S.STARTING, S.PRUNING), (S.RUNNING, S.PRUNING), (S.RESTARTING, S.PRUNING),
+    (S.SUSPENDING, S.PRUNING), (S.PREEMPTING, S.PRUNING),
+    (S.QUEUED, S.PRUNED), (S.SUSPENDED, S.PRUNED),  # no workers held: straight on
+])
+def test_a_prune_stops_a_job_that_holds_workers_and_ends_one_that_holds_none(supervisor, state, to):
+    job_id = job_in(supervisor, state)
+    pruned = supervisor.prune(job_id, 7, "value 2.31 worse than the median 1.9")
+    assert pruned.state is to and supervisor.store.get_job(job_id) == pruned
+    last = supervisor.store.events(job_id)[-1]
+    assert (last.from_state, last.to_state) == (state, to)
+    assert last.reason == "pruned at step 7: value 2.31 worse than the median 1.9"
+
+
+@pytest.mark.parametrize("state", [S.PRUNING, S.PRUNED, S.CANCELLING, S.CANCELLED, S.SUCCEEDED])
+def test_a_prune_is_idempotent_and_leaves_a_finished_or_cancelled_job_as_it_is(supervisor, state):
+    job_id = job_in(supervisor, state)
+    before = supervisor.store.events(job_id)
+    assert supervisor.prune(job_id, 3, "again").state is state
+    assert supervisor.store.events(job_id) == before
+
+
+def test_a_cancel_of_a_pruning_job_answers_it_as_it_is(supervisor):
+    job_id = job_in(supervisor, S.PRUNING)
+    assert supervisor.cancel("acme", job_id).state is S.PRUNING
+
+
+def test_a_prune_of_no_job_is_not_found(supervisor):
+    with pytest.raises(JobNotFound):
+        supervisor.prune("j-000000000000", 1, "gone")
+
+
+def test_a_pruning_job_whose_group_is_gone_after_a_restart_is_pruned(supervisor):
+    job_id = job_in(supervisor, S.PRUNING)  # no workers recorded: no group to look for on Ray
+    supervisor.reconcile()
+    job = supervisor.store.get_job(job_id)
+    assert job.state is S.PRUNED and job.finished_at is not None
+    assert "worker group" in supervisor.store.events(job_id)[-1].reason
+
+
+# -- on Ray ----------------------------------------------------------------------------
+
+
+def wait_for(read, until, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while not until(found := read()):
+        assert time.monotonic() < deadline, f"still {found}"
+        time.sleep(0.1)
+    return found
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_running_job_pruned_stops_at_once_keeps_its_checkpoint_and_frees_its_workers(tmp_path):
+    supervisor = make_supervisor(tmp_path)
+    supervisor.start()
+    store = supervisor.store
+    try:
+        trial, _ = supervisor.submit("admin", WHOLE, None, sweep="s-000000000001")
+        assert trial.sweep == "s-000000000001"
+        running = wait_for(lambda: store.get_job(trial.id),
+                           lambda j: j.state is S.RUNNING and j.latest_checkpoint is not None)
+        nxt, _ = supervisor.submit("admin", SPEC, None)
+        time.sleep(0.5)  # a scheduling pass or more: it waits for the trial's workers
+        assert store.get_job(nxt.id).state is S.QUEUED
+
+        supervisor.prune(trial.id, running.step, "value 2.3 worse than the median 1.9")
+        pruned = wait_for(lambda: store.get_job(trial.id), lambda j: j.state.is_terminal, 60)
+        assert pruned.state is S.PRUNED, pruned.error
+        kept = [c["step"] for c in supervisor.checkpoints("admin", trial.id)]
+        assert kept and pruned.latest_checkpoint["step"] == kept[-1] >= 5
+        reasons = [(e.to_state, e.reason) for e in store.events(trial.id)]
+        assert (S.PRUNING, f"pruned at step {running.step}: value 2.3 worse than the median 1.9") \
+            in reasons
+        assert reasons[-1][0] is S.PRUNED and reasons[-1][1].startswith("pruned at step ")
+        assert supervisor.workers("admin", trial.id) == []
+
+        wait_for(lambda: store.get_job(nxt.id), lambda j: j.state is not S.QUEUED, 60)
+        supervisor.cancel("admin", nxt.id)
+        wait_for(lambda: store.get_job(nxt.id), lambda j: j.state.is_terminal, 60)
+    finally:
+        supervisor.stop()
+        store.dispose()
