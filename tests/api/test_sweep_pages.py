@@ -88,3 +88,36 @@ def test_the_jobs_list_and_every_page_link_to_the_sweeps(served):
         sweeps = team_a.get("/sweeps")
         assert sweeps.status_code == 200 and 'id="sweeps-table"' in sweeps.text
         assert '<a href="/sweeps" aria-current="page">Sweeps</a>' in sweeps.text
+
+
+def test_a_sweeps_page_names_its_trials_and_is_not_found_by_another_tenant(served):
+    from workers.spec.sweep import SweepSpec, trial_spec
+
+    url, supervisor, keys = served
+    store = supervisor.store
+    spec = SweepSpec.model_validate({
+        "name": "lr", "base": {**SPEC, "name": "lr"}, "sampler": "grid", "max_trials": 2,
+        "space": {"train.lr": {"grid": [0.001, 0.01]}}, "objective": {"metric": "loss", "mode": "min"}})
+    sweep, _ = store.sweeps.create(tenant="team-a", spec=spec)
+    for number, lr in enumerate((0.001, 0.01)):
+        store.sweeps.add_trial(sweep.id, number, {"train.lr": lr})
+        job, _ = store.create_job(tenant="team-a", name=f"lr-t{number}", sweep=sweep.id,
+                                  spec=trial_spec(spec, {"train.lr": lr}, number))
+        store.sweeps.update_trial(sweep.id, number, job_id=job.id)
+    store.sweeps.update_trial(sweep.id, 1, state="PRUNED", objective=4.5, pruned_step=12)
+    with _browser(url, keys["team-a"]) as team_a, _browser(url, keys["team-b"]) as team_b, \
+            _browser(url, ADMIN_KEY) as admin:
+        page = team_a.get(f"/sweeps/{sweep.id}")
+        assert page.status_code == 200, page.text
+        assert f'data-sweep-id="{sweep.id}"' in page.text
+        for name in ("lr-t0", "lr-t1"):
+            assert f">{name}</a>" in page.text  # each trial named, a link to its job
+        assert '<tr data-number="1" data-state="PRUNED" class="pruned">' in page.text
+        assert "at step 12" in page.text and 'data-param="train.lr"' in page.text
+        assert admin.get(f"/sweeps/{sweep.id}").status_code == 200  # the admin: anyone's
+
+        theirs = team_b.get(f"/sweeps/{sweep.id}")  # another tenant's: as an unknown one
+        assert theirs.status_code == 404 and "lr-t0" not in theirs.text
+        unknown = team_b.get("/sweeps/s-000000000000")
+        assert unknown.status_code == 404
+        assert theirs.text.replace(sweep.id, "s-000000000000") == unknown.text

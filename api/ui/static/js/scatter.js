@@ -82,7 +82,8 @@ const Scatter = (() => {
     let xTicks;
     if (kind === "category") {
       const every = Math.ceil(opts.categories.length / Math.max(1, Math.floor((W - M.l - M.r) / 60)));
-      xTicks = opts.categories.map((c, i) => [i, cut(typeof c === "string" ? c : JSON.stringify(c), 10)])
+      xTicks = opts.categories.map((c, i) => [i, cut(typeof c === "number" ? formatX(c)
+        : typeof c === "string" ? c : JSON.stringify(c), 10)])
         .filter(([i]) => i % every === 0);
     } else if (kind === "log") {
       xTicks = logTicks(x0, x1).map((t) => [t, formatX(Math.pow(10, t))]);

@@ -69,14 +69,16 @@ document.addEventListener("DOMContentLoaded", () => {
   }
 
   // A parameter's axis from its domain: log for loguniform (and a numeric grid
-  // over two orders of magnitude), categories for non-numeric choices.
+  // over two orders of magnitude), else a grid's or choice's values side by
+  // side (numbers in order), a range as a line.
   function axis(domain) {
     const values = domain.grid || domain.choice;
     if (domain.loguniform) return {x: "log"};
     if (!values) return {x: "linear", integer: Boolean(domain.int)};
     if (!values.every(isNumber)) return {x: "category", categories: values};
     const lo = Math.min(...values), hi = Math.max(...values);
-    return {x: lo > 0 && hi / lo >= 100 ? "log" : "linear", integer: values.every(Number.isInteger)};
+    if (lo > 0 && hi / lo >= 100) return {x: "log"};
+    return {x: "category", categories: [...values].sort((a, b) => a - b)};
   }
 
   function drawParams() {
