@@ -16,6 +16,7 @@ from api.routes import audit, cluster, goodput, health, jobs, logs, tenants, usa
 from api.routes import data as data_routes
 from api.routes.datasets import router as datasets_router
 from api.routes.exports import router as exports_router
+from api.routes.sweeps import router as sweeps_router
 from service.intake.tenant_data import TenantData
 from service.observability.metrics import registry_for
 from service.store.tenants import ADMIN_TENANT
@@ -35,6 +36,7 @@ def create_app(supervisor) -> FastAPI:
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.routes.exports
     app.include_router(datasets_router)  # a dataset's preparation, as a job: api.routes.datasets
+    app.include_router(sweeps_router)  # sweeps, whose trials are jobs: api.routes.sweeps
     app.include_router(tenants.whoami_router)  # the caller's tenant, data prefix, quota and use
     app.include_router(data_routes.router)  # files under the caller's data prefix: api.routes.data
     install_dashboard(app, supervisor.store, settings)

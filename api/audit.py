@@ -18,7 +18,8 @@ JSON). Only what succeeded is recorded: a refused request changed nothing.
 The admin reads the trail at `GET /v1/audit` (`api.routes.audit`).
 
 Actions are named `resource.verb`: job.submit, job.cancel, job.suspend,
-job.resume, job.delete, job.export; tenant.create, tenant.update,
+job.resume, job.delete, job.export; sweep.submit, sweep.cancel, sweep.delete;
+tenant.create, tenant.update,
 tenant.delete, tenant.rotate_key; data.upload.
 """
 

@@ -28,6 +28,9 @@
     brigade data upload LOCAL [NAME]    put files under your data prefix; prints their URIs
     brigade data prefix|show|prepare    your data prefix; a token dataset's samples, decoded;
                                         tokenize files into one on Ray (--service: as a job)
+    brigade sweep submit FILE [-f]      a sweep (its trials are jobs); -f follows its trials
+    brigade sweep status|best|list|cancel|delete
+                                        its trials; the best params as YAML; sweeps; stop, remove
 
 Client commands take `--url` (BRIGADE_URL) and `--key` (BRIGADE_API_KEY), else
 the profile's (`brigade --profile NAME`, BRIGADE_PROFILE, else the default
@@ -52,6 +55,7 @@ from api.cli_data import data
 from api.cli_exports import export
 from api.cli_jobs import PROFILE, register_job_commands
 from api.cli_service import register_service_commands
+from api.cli_sweeps import sweep
 from api.cli_tenants import tenants, whoami
 from api.cli_train import train
 from api.profiles import record_server_url
@@ -65,6 +69,7 @@ app.command()(whoami)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
 app.add_typer(data, name="data")
+app.add_typer(sweep, name="sweep")
 
 
 def _one_line_summaries(group: typer.Typer) -> None:
@@ -114,7 +119,7 @@ def serve(
     from api.app import create_app
     from api.listener import SERVE_OPTIONS, bind_listener, url_of
     from service.observability import log_config as service_log
-    from service.runtime import build_supervisor
+    from service.runtime import ReplicaRefused, build_supervisor
     from service.settings import Settings
 
     given: dict[str, Any] = {"host": host, "port": port, "data_dir": data_dir and str(data_dir),
@@ -123,7 +128,12 @@ def serve(
     service_log.configure(settings.log_level, settings.log_format)
     listener = bind_listener(settings.host, settings.port)  # bound now: the URL printed is real
     admin_key, generated = settings.ensure_admin_key()
-    supervisor = build_supervisor(settings)  # joins or starts Ray, reconciles, starts supervising
+    try:
+        supervisor = build_supervisor(settings)  # joins or starts Ray, starts supervising
+    except ReplicaRefused as e:
+        listener.close()
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
     try:
         server = uvicorn.Server(uvicorn.Config(create_app(supervisor), **SERVE_OPTIONS,
                                                log_level=settings.log_level.lower()))

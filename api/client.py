@@ -55,8 +55,10 @@ from api.schemas import (
     WhoamiPublic,
     WorkerPublic,
 )
+from api.sweep_json import SweepPublic, SweepsPublic
 from service.states import JobState
 from workers.spec import JobSpec
+from workers.spec.sweep import SweepSpec
 
 STREAM_READ_TIMEOUT_S = 60.0  # the server sends at least a heartbeat every 15 s
 RETRY_STATUSES = frozenset({429, 503})
@@ -272,6 +274,38 @@ class BrigadeClient:
                                         "than its manifest's")
             written.append(path)
         return written
+
+    # Sweeps (trials of one job spec over a search space, each a job)
+
+    def submit_sweep(self, spec: dict | SweepSpec, idempotency_key: str | None = None) -> SweepPublic:
+        """Start a sweep. Like `submit`, it always carries an `Idempotency-Key`
+        (a fresh one unless given), so a retry makes no second sweep."""
+        body = spec.to_json() if isinstance(spec, SweepSpec) else spec
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        return self._call(SweepPublic, "POST", "/v1/sweeps", json=body, headers=headers,
+                          idempotent=True)
+
+    def sweep(self, sweep_id: str) -> SweepPublic:
+        """A sweep with its trials (job, params, objective, state, pruned step) and its best."""
+        return self._call(SweepPublic, "GET", f"/v1/sweeps/{sweep_id}")
+
+    def sweeps(self, state: str | Iterable[str] | None = None, limit: int = 50,
+               tenant: str | None = None) -> SweepsPublic:
+        """Sweeps without their trials, newest first; the admin sees every tenant's (or `tenant`'s)."""
+        params: dict[str, Any] = {"limit": limit}
+        if tenant:
+            params["tenant"] = tenant
+        if state:
+            params["state"] = state if isinstance(state, str) else ",".join(state)
+        return self._call(SweepsPublic, "GET", "/v1/sweeps", params=params)
+
+    def cancel_sweep(self, sweep_id: str) -> SweepPublic:
+        """Cancel a sweep and its live trials; a finished one is answered as it is."""
+        return self._call(SweepPublic, "POST", f"/v1/sweeps/{sweep_id}/cancel", idempotent=True)
+
+    def delete_sweep(self, sweep_id: str) -> None:
+        """Remove a finished sweep with its trials' jobs."""
+        self._send("DELETE", f"/v1/sweeps/{sweep_id}")
 
     # Tenants (the admin key only)
 

@@ -22,6 +22,8 @@ from service.store.errors import (
     JobNotFound,
     JobUnfinished,
     QuotaExceeded,
+    SweepNotFound,
+    SweepUnfinished,
     TenantBusy,
     TenantExists,
     TenantNotFound,
@@ -71,6 +73,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.exception_handler(TenantExists)(_tenant_conflict)
     app.exception_handler(TenantBusy)(_tenant_conflict)
     app.exception_handler(JobUnfinished)(_job_unfinished)
+    app.exception_handler(SweepNotFound)(_sweep_not_found)
+    app.exception_handler(SweepUnfinished)(_sweep_unfinished)
     app.exception_handler(HTTPException)(_http_error)
     app.exception_handler(Exception)(_unexpected)
 
@@ -109,6 +113,14 @@ async def _tenant_conflict(request: Request, exc: TenantExists | TenantBusy) -> 
 
 
 async def _job_unfinished(request: Request, exc: JobUnfinished) -> JSONResponse:
+    return error_response(409, str(exc), "state")
+
+
+async def _sweep_not_found(request: Request, exc: SweepNotFound) -> JSONResponse:
+    return await _api_error(request, not_found("sweep", exc.sweep_id))
+
+
+async def _sweep_unfinished(request: Request, exc: SweepUnfinished) -> JSONResponse:
     return error_response(409, str(exc), "state")
 
 

@@ -15,7 +15,7 @@ from api.cli import app
 
 WIDTH = 80
 HELPS = [[], ["tenants"], ["data"], ["submit"], ["logs"], ["jobs"], ["metrics"], ["serve"],
-         ["export"], ["data", "prepare"]]
+         ["export"], ["data", "prepare"], ["sweep"], ["sweep", "submit"], ["sweep", "status"]]
 
 
 def help_of(args: list[str]) -> list[str]:

@@ -1,0 +1,194 @@
+"""Sweeps over real HTTP: the 422s that name the field, 404 across tenants on
+every route (the admin sees all), idempotency and the audit trail, and one
+small real sweep whose trials run on the session's Ray cluster, driven and read
+through the `brigade sweep` commands. One started supervisor and one server
+for the module."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from api.app import create_app
+from api.cli import app
+from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.live_server import LiveServer
+
+pytestmark = pytest.mark.ray
+
+TRIAL = {
+    "workers": 1, "resources_per_worker": {"cpu": 1},
+    "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "seq_len": 16},
+    "train": {"steps": 3, "global_batch_size": 2},
+    "checkpoint": {"every_steps": 3, "keep_last": 1},
+}
+SWEEP = {
+    "name": "lr", "base": TRIAL, "space": {"train.lr": {"grid": [0.001, 0.01]}},
+    "sampler": "grid", "objective": {"metric": "loss", "mode": "min"},
+    "max_trials": 2, "max_concurrent": 1,
+}
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, ray_cluster):
+    supervisor = make_supervisor(tmp_path_factory.mktemp("sweeps"))
+    supervisor.start()
+    try:
+        with LiveServer(create_app(supervisor)) as live:
+            yield live
+    finally:
+        supervisor.stop()
+        supervisor.store.dispose()
+
+
+@pytest.fixture(scope="module")
+def keys(server):
+    """Two tenants' API keys."""
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        return {name: admin.post("/v1/tenants", json={"name": name}).json()["api_key"]
+                for name in ("sweep-a", "sweep-b")}
+
+
+def wait_until_final(http: httpx.Client, sweep_id: str, timeout_s: float = 180.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while (view := http.get(f"/v1/sweeps/{sweep_id}").json())["state"] not in FINAL:
+        assert time.monotonic() < deadline, view
+        time.sleep(0.2)
+    return view
+
+
+def refused(http: httpx.Client, body: dict) -> dict:
+    r = http.post("/v1/sweeps", json=body)
+    assert r.status_code == 422, r.text
+    return r.json()["error"]
+
+
+def test_refusals_name_the_field(http):
+    error = refused(http, SWEEP | {"max_trails": 3})
+    assert error["field"] == "max_trails" and "max_trials" in error["message"]
+    error = refused(http, SWEEP | {"space": {"train.lr": {"uniform": ["low", 0.1]}}})
+    assert error["field"].startswith("space.train.lr"), error
+    error = refused(http, SWEEP | {"base": TRIAL | {"train": {"steps": 0}}})
+    assert error["field"] == "base.train.steps" and "greater than or equal to 1" in error["message"]
+    error = refused(http, SWEEP | {"base": TRIAL | {"train": {"steps": 3, "stepz": 1}}})
+    assert error["field"] == "base.train.stepz", error
+    error = refused(http, SWEEP | {"space": {"train.nonsense": {"grid": [1, 2]}}})
+    assert error["field"].startswith("space"), error
+    assert http.get("/v1/sweeps?state=NONSENSE").status_code == 422
+
+
+def test_another_tenant_gets_404_on_every_route_and_the_admin_sees_all(server, keys, as_key, http):
+    a, b = as_key(keys["sweep-a"]), as_key(keys["sweep-b"])
+    # its trial would wait for a job that never ends: the sweep stays QUEUED
+    blocker = a.post("/v1/jobs", json=TRIAL | {"name": "blocker", "train": {"steps": 10_000}})
+    made = a.post("/v1/sweeps", json=SWEEP | {"name": "mine", "after": [blocker.json()["id"]]})
+    assert made.status_code == 201, made.text
+    sweep = made.json()
+    assert (sweep["tenant"], sweep["state"], sweep["counts"]["total"]) == ("sweep-a", "QUEUED", 0)
+    sweep_id = sweep["id"]
+
+    for method, path in (("GET", f"/v1/sweeps/{sweep_id}"), ("POST", f"/v1/sweeps/{sweep_id}/cancel"),
+                         ("DELETE", f"/v1/sweeps/{sweep_id}"), ("GET", "/v1/sweeps/nope"),
+                         ("GET", "/v1/sweeps/not%20an%20id")):
+        r = b.request(method, path)
+        assert r.status_code == 404 and "not found" in r.json()["error"]["message"], (path, r.text)
+    assert sweep_id not in [s["id"] for s in b.get("/v1/sweeps").json()["sweeps"]]
+    assert b.get("/v1/sweeps", params={"tenant": "sweep-a"}).status_code == 403
+
+    assert [s["id"] for s in a.get("/v1/sweeps").json()["sweeps"]] == [sweep_id]
+    assert http.get(f"/v1/sweeps/{sweep_id}").json()["tenant"] == "sweep-a"
+    assert sweep_id in [s["id"] for s in http.get("/v1/sweeps").json()["sweeps"]]
+    listed = http.get("/v1/sweeps", params={"tenant": "sweep-a", "state": "queued"}).json()["sweeps"]
+    assert [s["id"] for s in listed] == [sweep_id] and "trials" not in listed[0]
+    assert http.get("/v1/sweeps", params={"tenant": "sweep-b"}).json()["sweeps"] == []
+
+    deleting = a.delete(f"/v1/sweeps/{sweep_id}")
+    assert deleting.status_code == 409 and deleting.json()["error"]["field"] == "state"
+    cancelled = http.post(f"/v1/sweeps/{sweep_id}/cancel")  # the admin may
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+    assert a.post(f"/v1/sweeps/{sweep_id}/cancel").json()["state"] == "CANCELLED"  # idempotent
+    assert a.delete(f"/v1/sweeps/{sweep_id}").status_code == 204
+    assert a.get(f"/v1/sweeps/{sweep_id}").status_code == 404
+    a.post(f"/v1/jobs/{blocker.json()['id']}/cancel")
+
+    actions = [(e["action"], e["actor"]) for e in http.get(
+        "/v1/audit", params={"target": sweep_id}).json()["items"]]
+    assert actions == [("sweep.delete", "sweep-a"), ("sweep.cancel", "sweep-a"),
+                       ("sweep.cancel", "admin"), ("sweep.submit", "sweep-a")]
+
+
+def test_a_retried_submit_returns_the_same_sweep(http):
+    body = SWEEP | {"name": "retried", "after": ["j-nonexistent"]}
+    assert http.post("/v1/sweeps", json=body).json()["error"]["field"] == "after.0"
+    body = SWEEP | {"name": "retried", "space": {"train.steps": {"int": [-3, -1]}},
+                    "sampler": "random", "max_trials": 1}
+    first = http.post("/v1/sweeps", json=body, headers={"Idempotency-Key": "k-1"})
+    again = http.post("/v1/sweeps", json=body, headers={"Idempotency-Key": "k-1"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    other = http.post("/v1/sweeps", json=body, headers={"Idempotency-Key": "k-2"})
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+
+
+def test_a_point_that_makes_the_spec_invalid_is_a_failed_trial(http):
+    """`train.steps` sampled below 1: the trial is FAILED with the 422's message,
+    no job is made, and the sweep ends (FAILED: every trial failed)."""
+    body = SWEEP | {"name": "bad-point", "space": {"train.steps": {"int": [-3, -1]}},
+                    "sampler": "random", "max_trials": 2}
+    view = wait_until_final(http, http.post("/v1/sweeps", json=body).json()["id"], timeout_s=60)
+    assert view["state"] == "FAILED" and view["error"], view
+    assert [t["state"] for t in view["trials"]] == ["FAILED", "FAILED"]
+    for trial in view["trials"]:
+        assert trial["job"] is None and trial["params"]["train.steps"] in (-3, -2, -1)
+        assert "train.steps" in trial["error"] and "greater than or equal to 1" in trial["error"]
+    assert view["best"] is None
+
+
+def test_a_real_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
+    """Two tiny trials on Ray, one at a time: `brigade sweep submit -f` follows
+    them to SUCCEEDED; their jobs are `GET /v1/jobs?sweep=ID`; `brigade sweep
+    best` prints the best params as YAML with its job."""
+    monkeypatch.chdir(tmp_path)
+    spec_file = tmp_path / "sweep.yaml"
+    spec_file.write_text(yaml.safe_dump(SWEEP))
+    env = {"BRIGADE_URL": server.url, "BRIGADE_API_KEY": ADMIN_KEY, "BRIGADE_ADMIN_KEY": None,
+           "BRIGADE_CONFIG": str(tmp_path / "none.yaml")}
+    runner = CliRunner()
+
+    def brigade(*args):
+        return runner.invoke(app, list(args), env=env)
+
+    followed = brigade("sweep", "submit", "-f", str(spec_file))
+    assert followed.exit_code == 0, followed.output
+    sweep_id = followed.stdout.split()[0]
+    assert "SUCCEEDED" in followed.stderr and "best: trial" in followed.stderr
+
+    view = http.get(f"/v1/sweeps/{sweep_id}").json()
+    assert view["state"] == "SUCCEEDED" and view["counts"]["SUCCEEDED"] == 2
+    trials = {t["job"]: t for t in view["trials"]}
+    jobs = http.get("/v1/jobs", params={"sweep": sweep_id}).json()["items"]
+    assert sorted(j["id"] for j in jobs) == sorted(trials)
+    assert sorted(j["name"] for j in jobs) == ["lr-t0", "lr-t1"]
+    assert all(j["sweep"] == sweep_id and j["state"] == "SUCCEEDED" for j in jobs)
+    assert sorted(t["params"]["train.lr"] for t in view["trials"]) == [0.001, 0.01]
+
+    best = brigade("sweep", "best", sweep_id)
+    assert best.exit_code == 0, best.output
+    shown = yaml.safe_load(best.stdout[best.stdout.index("sweep:"):])
+    assert shown["job"] == view["best"]["job"] and shown["params"] == view["best"]["params"]
+    assert shown["objective"] == min(t["objective"] for t in view["trials"])
+
+    status = brigade("sweep", "status", sweep_id)
+    assert status.exit_code == 0, status.output
+    assert "SUCCEEDED" in status.stdout and f"best: trial {view['best']['number']}" in status.stdout
+    assert all(job in status.stdout for job in trials)
+    as_json = brigade("sweep", "status", sweep_id, "-o", "json")
+    assert json.loads(as_json.stdout[as_json.stdout.index("{"):])["id"] == sweep_id
+    listed = brigade("sweep", "list", "-o", "json")
+    assert sweep_id in [s["id"] for s in json.loads(listed.stdout[listed.stdout.index("{"):])["sweeps"]]
