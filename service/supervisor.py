@@ -41,6 +41,7 @@ from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore, JobUnfinished, UnexpectedState
 from service.store.models import utcnow
 from service.store.tenants import ADMIN_TENANT
+from service.sweeps.service import SweepService
 from workers.cluster.errors import RankError, WorkerGroupError
 from workers.cluster.group import WorkerGroup
 from workers.cluster.pool import RankPool
@@ -74,6 +75,8 @@ class Supervisor:
         self.rank_pool = RankPool(settings.rank_pool_size, name_prefix=pool_prefix(settings.data_dir),
                                   fork_server=settings.fork_server)
         self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
+        # Sweeps: their trials are this supervisor's jobs; the loop runs their controller's pass.
+        self.sweeps = SweepService(store, self, check=self.check_spec, wake=self._wake.set)
 
     # -- requests ---------------------------------------------------------------
 
@@ -82,14 +85,19 @@ class Supervisor:
         """Queue the job that `spec` (parsed by the caller) asks for, once the
         submit checks (`service.intake.checks`) pass it; (job, created).
         `sweep`: the sweep it is a trial of."""
-        spec = intake(spec, tenant, data_root=self.settings.resolved_data_uri_root,
-                      store=self.store, checkpoints_of=self._checkpoint_store)
+        spec = self.check_spec(tenant, spec)
         job, created = self.store.create_job(
             tenant=tenant, name=spec.name, spec=spec, sweep=sweep,
             priority=spec.priority, idempotency_key=idempotency_key, demand=Demand.from_spec(spec),
         )
         self._wake.set()
         return job, created
+
+    def check_spec(self, tenant: str, spec: JobSpec) -> JobSpec:
+        """The submit checks (`service.intake.checks`) alone: the spec they pass
+        (fixed where they fix it), or their refusal (a sweep's base at its submit)."""
+        return intake(spec, tenant, data_root=self.settings.resolved_data_uri_root,
+                      store=self.store, checkpoints_of=self._checkpoint_store)
 
     def cancel(self, tenant: str, job_id: str) -> JobRecord:
         """Idempotent: a job cancelled (or being cancelled) already is answered as it is."""
@@ -336,6 +344,10 @@ class Supervisor:
     def _loop(self) -> None:
         next_sweep = 0.0
         while not self._stopping.is_set():
+            try:  # sweeps first: the trials it submits are admitted in the same iteration
+                self.sweeps.run_pass()
+            except Exception:
+                logger.exception("sweep pass failed")
             try:
                 self._admit()
             except Exception:

@@ -1,0 +1,282 @@
+"""The sweep controller: one pass over every live sweep, run from the
+supervisor's loop. Optuna decides what to try and what to prune; the pass
+turns its decisions into jobs and its trials' jobs into what it is told.
+
+For each QUEUED or RUNNING sweep, in order:
+
+1. its `after` jobs: still running, the sweep waits QUEUED; one failed, the
+   sweep FAILS naming it;
+2. each live trial is synced from its job: the metrics rows that carry the
+   objective's metric, each step once, are reported to the study, and a
+   trial the pruner stops is pruned (`Supervisor.prune`: PRUNING, then
+   PRUNED, its last checkpoint kept); an ended job ends its trial (the
+   newest value of the metric for a success, FAIL or PRUNED otherwise);
+3. while fewer than `max_concurrent` trials are live and fewer than its
+   budget asked, the study is asked for a point; the trial's row is written,
+   then its job submitted like any (intake, quota, fair share) with the
+   idempotency key `sweep-{id}-t{k}`. A point whose spec is refused is a
+   trial FAILED with the refusal's message;
+4. the sweep goes RUNNING at its first job, and SUCCEEDED (or FAILED, when no
+   trial succeeded) once every trial of its budget has ended.
+
+Crash safety: each step is written before the next is taken, and each is
+taken again harmlessly. A trial Optuna asked for but the store has no row of
+(a crash between the two) is recorded from the study, not asked again; a row
+without a job is submitted again under the same idempotency key (the job the
+first submit made, if it made one); a tell is skipped for a trial told
+already. So a restart of the service loses or doubles no trial, and the
+study keeps the sampler's whole history.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState as OptunaState
+from pydantic import ValidationError
+
+from service.run.dependencies import Broken, Waiting, dependency_ids, read_dependency_status
+from service.states import JobState
+from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
+from service.store.sweep_records import SweepRecord, SweepState, SweepTrialRecord, TrialState
+from service.sweeps.study import Studies, distributions, tell, trials_by_number
+from workers.cluster.errors import CapacityError
+from workers.spec import JobSpec, SpecError, explain
+from workers.spec.sweep import trial_spec
+
+logger = logging.getLogger(__name__)
+
+# A trial's state from its job's (PRUNING: the pruner has spoken; its job is stopping).
+TRIAL_OF_JOB = {
+    JobState.QUEUED: TrialState.QUEUED, JobState.SUSPENDED: TrialState.QUEUED,
+    JobState.SUCCEEDED: TrialState.SUCCEEDED, JobState.FAILED: TrialState.FAILED,
+    JobState.CANCELLED: TrialState.CANCELLED, JobState.PRUNED: TrialState.PRUNED,
+    JobState.PRUNING: TrialState.PRUNED,
+}
+
+
+def trial_state(job: JobState) -> TrialState:
+    return TRIAL_OF_JOB.get(job, TrialState.RUNNING)
+
+
+class TrialJobs(Protocol):
+    """What the controller asks of the control plane (the `Supervisor`)."""
+
+    def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
+               sweep: str | None = None) -> tuple[JobRecord, bool]: ...
+
+    def cancel(self, tenant: str, job_id: str) -> JobRecord: ...
+
+    def prune(self, job_id: str, step: int, reason: str) -> JobRecord: ...
+
+    def delete(self, tenant: str, job_id: str) -> JobRecord: ...
+
+
+def idempotency_key(sweep_id: str, number: int) -> str:
+    """A trial's job's key: a submit retried after a crash finds the job the first made."""
+    return f"sweep-{sweep_id}-t{number}"
+
+
+def refusal_message(error: Exception) -> str:
+    """What a trial refused at submit records, led by the field (as the 422 says it)."""
+    if isinstance(error, ValidationError):
+        return explain(error, JobSpec)
+    if isinstance(error, SpecError):
+        return explain(error)
+    if isinstance(error, CapacityError):
+        return f"workers: {error}"
+    if isinstance(error, QuotaExceeded):
+        return f"{error.field}: {error.reason}"
+    return str(error)
+
+
+REFUSALS = (ValidationError, SpecError, CapacityError, JobNotFound, QuotaExceeded)
+
+
+class SweepController:
+    def __init__(self, store: JobStore, jobs: TrialJobs, studies: Studies,
+                 wake: Callable[[], None] | None = None):
+        self.store, self.jobs, self.studies = store, jobs, studies
+        self._wake = wake
+        self.waiting: dict[str, str] = {}  # a QUEUED sweep's id -> what it waits for
+
+    def run_pass(self) -> None:
+        """Advance every live sweep (one that fails is logged, the others go on)."""
+        for sweep in self.store.sweeps.live():
+            try:
+                self.advance(sweep)
+            except Exception:
+                logger.exception("sweep %s: the controller's pass failed", sweep.id)
+
+    def advance(self, sweep: SweepRecord) -> None:
+        spec = sweep.spec
+        if sweep.state is SweepState.QUEUED and (ids := dependency_ids(spec)):
+            status = read_dependency_status(self.store, ids)
+            if isinstance(status, Broken):
+                self._end(sweep, SweepState.FAILED, status.reason)
+                return
+            if isinstance(status, Waiting):
+                self.waiting[sweep.id] = status.reason
+                return
+        self.waiting.pop(sweep.id, None)
+
+        study = self.studies.study(sweep.study, spec)
+        frozen = trials_by_number(study)
+        rows = {t.number: t for t in self.store.sweeps.trials(sweep.id)}
+        for number, trial in frozen.items():  # asked, then a crash before its row: record it
+            if number not in rows and trial.state is OptunaState.RUNNING:
+                rows[number] = self.store.sweeps.add_trial(sweep.id, number, dict(trial.params))
+
+        for number, row in list(rows.items()):
+            if row.job_id is not None and not row.state.is_terminal:
+                rows[number] = self._sync(sweep, study, row, frozen.get(number))
+
+        submitted = False
+        for number, row in sorted(rows.items()):
+            if _unsubmitted(row):
+                rows[number] = self._submit(sweep, study, row)
+                submitted |= rows[number].job_id is not None
+        while (sum(not r.state.is_terminal for r in rows.values()) < spec.max_concurrent
+               and len(rows) < spec.trial_budget):
+            asked = study.ask(distributions(spec))
+            row = self.store.sweeps.add_trial(sweep.id, asked.number, dict(asked.params))
+            rows[row.number] = row = self._submit(sweep, study, row)
+            submitted |= row.job_id is not None
+            if _unsubmitted(row):  # the queue is full for now: the next pass tries again
+                break
+
+        if submitted:
+            self._started(sweep, rows)
+        if len(rows) >= spec.trial_budget and all(r.state.is_terminal for r in rows.values()):
+            if any(r.state is TrialState.SUCCEEDED for r in rows.values()):
+                self._end(sweep, SweepState.SUCCEEDED, None)
+            else:
+                self._end(sweep, SweepState.FAILED, _no_success(list(rows.values())))
+
+    # -- a trial --------------------------------------------------------------
+
+    def _submit(self, sweep: SweepRecord, study, row: SweepTrialRecord) -> SweepTrialRecord:
+        """Submit the trial's job (again, after a crash: the same key finds the same job)."""
+        try:
+            spec = trial_spec(sweep.spec, row.params, row.number)
+            job, _ = self.jobs.submit(sweep.tenant, spec, idempotency_key(sweep.id, row.number),
+                                      sweep=sweep.id)
+        except QuotaExceeded as error:
+            if not error.retryable:
+                return self._refused(sweep, study, row, error)
+            return row  # the tenant's queue is full: submitted again next pass
+        except REFUSALS as error:
+            return self._refused(sweep, study, row, error)
+        return self.store.sweeps.update_trial(sweep.id, row.number, job_id=job.id,
+                                              state=trial_state(job.state))
+
+    def _refused(self, sweep: SweepRecord, study, row: SweepTrialRecord,
+                 error: Exception) -> SweepTrialRecord:
+        message = refusal_message(error)
+        logger.info("sweep %s: trial %d refused: %s", sweep.id, row.number, message)
+        tell(study, row.number, state=OptunaState.FAIL)
+        return self.store.sweeps.update_trial(sweep.id, row.number, state=TrialState.FAILED,
+                                              error=message)
+
+    def _sync(self, sweep: SweepRecord, study, row: SweepTrialRecord,
+              frozen: FrozenTrial | None) -> SweepTrialRecord:
+        """Report the trial's new metric values, prune it if the pruner says
+        so, end it if its job ended."""
+        assert row.job_id is not None
+        job = self.store.get_job(row.job_id)
+        if job is None:
+            tell(study, row.number, state=OptunaState.FAIL)
+            return self.store.sweeps.update_trial(sweep.id, row.number, state=TrialState.FAILED,
+                                                  error=f"its job {row.job_id} was deleted")
+        metric = sweep.spec.objective.metric
+        reported = dict(frozen.intermediate_values) if frozen is not None else {}
+        values = _values(self.store.metrics(job.id, since_step=max(reported, default=0) + 1),
+                         metric)
+        if values:
+            should_prune = self.studies.report(study, row.number, values)
+            reported.update(values)
+            if should_prune and not job.state.is_terminal:
+                job = self._prune(sweep, job, max(values), values[max(values)])
+        latest = reported[max(reported)] if reported else None
+
+        state = trial_state(job.state)
+        if state is TrialState.SUCCEEDED:
+            final = _values(self.store.metrics(job.id), metric)
+            if not final:
+                tell(study, row.number, state=OptunaState.FAIL)
+                return self.store.sweeps.update_trial(
+                    sweep.id, row.number, state=TrialState.FAILED,
+                    error=f"the job succeeded but none of its metrics rows has {metric!r}")
+            value = final[max(final)]
+            tell(study, row.number, value=value)
+            return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
+                                                  objective=value)
+        if state is TrialState.PRUNED:
+            tell(study, row.number, state=OptunaState.PRUNED)
+            step = row.pruned_step or (max(reported) if reported else job.step)
+            return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
+                                                  objective=latest, pruned_step=step)
+        if state.is_terminal:  # FAILED, CANCELLED
+            tell(study, row.number, state=OptunaState.FAIL)
+            return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
+                                                  objective=latest, error=job.error)
+        if state is not row.state or latest != row.objective:
+            return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
+                                                  objective=latest)
+        return row
+
+    def _prune(self, sweep: SweepRecord, job: JobRecord, step: int, value: float) -> JobRecord:
+        metric = sweep.spec.objective.metric
+        reason = (f"sweep {sweep.name}'s {sweep.spec.pruner} pruner: {metric} {value:.6g} "
+                  "falls behind its other trials")
+        pruned = self.jobs.prune(job.id, step, reason)
+        logger.info("sweep %s: job %s pruned at step %d (%s)", sweep.id, job.id, step,
+                    pruned.state.value)
+        if pruned.state is JobState.PRUNING and self._wake is not None:
+            self._wake()  # its workers come free soon: the next pass admits the next trial
+        return pruned
+
+    # -- the sweep ------------------------------------------------------------
+
+    def _started(self, sweep: SweepRecord, rows: dict[int, SweepTrialRecord]) -> None:
+        """QUEUED -> RUNNING at its first job; a sweep cancelled while this pass
+        submitted has its new jobs cancelled too."""
+        if sweep.state is SweepState.QUEUED and self.store.sweeps.set_state(
+                sweep.id, SweepState.RUNNING, expect=[SweepState.QUEUED]) is not None:
+            return
+        now = self.store.sweeps.get(sweep.id)
+        if now is not None and now.state is SweepState.CANCELLED:
+            for row in rows.values():
+                if row.job_id is not None and not row.state.is_terminal:
+                    self.jobs.cancel(sweep.tenant, row.job_id)
+                    self.store.sweeps.update_trial(sweep.id, row.number,
+                                                   state=TrialState.CANCELLED)
+
+    def _end(self, sweep: SweepRecord, state: SweepState, error: str | None) -> None:
+        if self.store.sweeps.set_state(sweep.id, state, error=error) is not None:
+            logger.info("sweep %s %s%s", sweep.id, state.value, f": {error}" if error else "")
+        self.waiting.pop(sweep.id, None)
+        self.studies.forget(sweep.study)
+
+
+def _unsubmitted(row: SweepTrialRecord) -> bool:
+    return row.job_id is None and row.state is TrialState.QUEUED
+
+
+def _values(rows: list[dict], metric: str) -> dict[int, float]:
+    """step -> the metric's value, for the rows that carry it as a number."""
+    return {row["step"]: float(value) for row in rows
+            if isinstance(value := row.get(metric), int | float) and not isinstance(value, bool)}
+
+
+def _no_success(rows: list[SweepTrialRecord]) -> str:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.state.value] = counts.get(row.state.value, 0) + 1
+    first = next((r for r in rows if r.error), None)
+    detail = f"; trial {first.number}: {first.error}" if first is not None else ""
+    return ("no trial succeeded (" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            + ")" + detail)

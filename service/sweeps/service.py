@@ -1,0 +1,188 @@
+"""Sweeps as the API asks for them (`supervisor.sweeps`): submit, read, view,
+cancel, delete; and the controller's pass that the supervisor's loop runs.
+
+A sweep belongs to its tenant: another tenant's is not found (404), the
+admin reaches every one. The base spec goes through the submit checks once
+at submit (a refusal names `base.<field>`); each trial's spec goes through
+them again when its job is submitted.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from service.scheduling import Demand, QuotaPolicy
+from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
+from service.store.errors import SweepNotFound, SweepUnfinished
+from service.store.sweep_records import SweepRecord, SweepState, SweepTrialRecord, TrialState
+from service.store.tenants import ADMIN_TENANT, tenant_policy
+from service.sweeps.controller import SweepController, TrialJobs
+from service.sweeps.study import Studies
+from workers.cluster.errors import CapacityError
+from workers.spec import JobSpec, SpecError
+from workers.spec.sweep import MAX_TRIALS, SweepSpec, trial_name
+
+logger = logging.getLogger(__name__)
+
+BaseCheck = Callable[[str, JobSpec], JobSpec]  # (tenant, spec) -> the spec the submit checks pass
+
+
+class SweepService:
+    def __init__(self, store: JobStore, jobs: TrialJobs, check: BaseCheck,
+                 wake: Callable[[], None] | None = None):
+        self.store, self.jobs, self._check = store, jobs, check
+        self._wake = wake
+        self.studies = Studies(store.url)
+        self.controller = SweepController(store, jobs, self.studies, wake=wake)
+
+    # -- requests -------------------------------------------------------------
+
+    def submit(self, tenant: str, spec: SweepSpec,
+               idempotency_key: str | None) -> tuple[SweepRecord, bool]:
+        """A new QUEUED sweep (its first trials start at the controller's next
+        pass): (sweep, True); an idempotent retry: (that sweep, False)."""
+        if idempotency_key is not None and (found := self.store.sweeps.by_key(tenant, idempotency_key)):
+            return found, False
+        self._check_dependencies(tenant, spec.after)
+        self._check_base(tenant, spec.base)
+        record, created = self.store.sweeps.create(tenant=tenant, spec=spec,
+                                                   idempotency_key=idempotency_key)
+        if created:
+            logger.info("sweep %s (%s) of tenant %s submitted: %d trials, %d at once",
+                        record.id, record.name, tenant, spec.trial_budget, spec.max_concurrent)
+            if self._wake is not None:
+                self._wake()
+        return record, created
+
+    def get(self, tenant: str, sweep_id: str) -> SweepRecord:
+        """The sweep, if `tenant` may reach it (its own; the admin: any); else `SweepNotFound`."""
+        found = self.store.sweeps.get(sweep_id, tenant=None if tenant == ADMIN_TENANT else tenant)
+        if found is None:
+            raise SweepNotFound(sweep_id)
+        return found
+
+    def list(self, tenant: str, *, state: str | SweepState | Iterable[str | SweepState] | None = None,
+             limit: int = 50, offset: int = 0) -> builtins.list[SweepRecord]:
+        """The tenant's sweeps (the admin: every tenant's), newest first."""
+        states = [state] if isinstance(state, str | SweepState) else state
+        return self.store.sweeps.list(tenant=None if tenant == ADMIN_TENANT else tenant,
+                                      states=states, limit=limit, offset=offset)
+
+    def trials(self, tenant: str, sweep_id: str) -> builtins.list[SweepTrialRecord]:
+        return self.store.sweeps.trials(self.get(tenant, sweep_id).id)
+
+    def view(self, tenant: str, sweep_id: str) -> dict[str, Any]:
+        """The sweep as `GET /v1/sweeps/{id}` shows it: its spec, state,
+        counts of trials by state, every trial and the best one."""
+        sweep = self.get(tenant, sweep_id)
+        trials = self.store.sweeps.trials(sweep.id)
+        steps = {job.id: job.step for job in self._jobs_of(sweep.id)}
+        counts = {state.value: 0 for state in TrialState}
+        for trial in trials:
+            counts[trial.state.value] += 1
+        counts["total"] = len(trials)
+        return {
+            "id": sweep.id, "name": sweep.name, "tenant": sweep.tenant, "state": sweep.state.value,
+            "error": sweep.error, "waiting": self.controller.waiting.get(sweep.id),
+            "created_at": sweep.created_at, "updated_at": sweep.updated_at,
+            "finished_at": sweep.finished_at, "spec": sweep.spec.to_json(),
+            "objective": sweep.spec.objective.model_dump(), "counts": counts,
+            "trials": [_trial_json(sweep, t, steps.get(t.job_id) if t.job_id else None)
+                       for t in trials],
+            "best": _best(sweep, trials),
+        }
+
+    def cancel(self, tenant: str, sweep_id: str) -> SweepRecord:
+        """Cancel the sweep and its live trials' jobs; a finished sweep is
+        answered as it is."""
+        sweep = self.get(tenant, sweep_id)
+        if sweep.state.is_terminal:
+            return sweep
+        cancelled = self.store.sweeps.set_state(sweep.id, SweepState.CANCELLED)
+        if cancelled is None:  # it ended meanwhile
+            return self.get(tenant, sweep_id)
+        for trial in self.store.sweeps.trials(sweep.id):
+            if not trial.state.is_terminal:
+                self.store.sweeps.update_trial(sweep.id, trial.number, state=TrialState.CANCELLED)
+        for job in self._jobs_of(sweep.id):  # the recorded trials' and any a crash left unrecorded
+            if not job.state.is_terminal:
+                with contextlib.suppress(JobNotFound):  # deleted meanwhile
+                    self.jobs.cancel(tenant, job.id)
+        self.studies.forget(sweep.study)
+        logger.info("sweep %s cancelled", sweep.id)
+        return cancelled
+
+    def delete(self, tenant: str, sweep_id: str) -> SweepRecord:
+        """Remove a finished sweep, its trials' jobs (their storage too) and its
+        study; `SweepUnfinished` while it or one of its jobs is live."""
+        sweep = self.get(tenant, sweep_id)
+        if not sweep.state.is_terminal:
+            raise SweepUnfinished(sweep.id, f"is {sweep.state.value}")
+        jobs = self._jobs_of(sweep.id)
+        if live := [job.id for job in jobs if not job.state.is_terminal]:
+            raise SweepUnfinished(sweep.id, f"has trial jobs still stopping ({', '.join(live[:5])})")
+        for job in jobs:
+            with contextlib.suppress(JobNotFound):  # a delete retried: gone already
+                self.jobs.delete(tenant, job.id)
+        try:
+            self.studies.delete(sweep.study)
+        except Exception:  # the study's rows are only history: the sweep still goes
+            logger.exception("sweep %s: its study could not be deleted", sweep.id)
+        self.store.sweeps.delete(sweep.id)
+        logger.info("sweep %s deleted with %d jobs", sweep.id, len(jobs))
+        return sweep
+
+    def run_pass(self) -> None:
+        """The controller's pass over every live sweep (`service.sweeps.controller`)."""
+        self.controller.run_pass()
+
+    # -- helpers --------------------------------------------------------------
+
+    def _jobs_of(self, sweep_id: str) -> builtins.list[JobRecord]:
+        jobs, _ = self.store.list_jobs(tenant=None, sweep=sweep_id, limit=MAX_TRIALS + 1)
+        return jobs
+
+    def _check_base(self, tenant: str, base: JobSpec) -> None:
+        """The submit checks on the base spec, refusals located under `base`."""
+        try:
+            checked = self._check(tenant, base)
+        except SpecError as error:
+            raise SpecError(f"base.{error.field}", str(error)) from error
+        except CapacityError as error:
+            raise SpecError("base.workers", str(error)) from error
+        except JobNotFound as error:
+            raise SpecError("base.init.job", f"base.init.job: no job {error.job_id} of this "
+                            "tenant") from error
+        row = self.store.tenants.by_name(tenant)
+        if row is None:  # the admin: no quota
+            return
+        decision = QuotaPolicy().check_submit(tenant_policy(row), 0, Demand.from_spec(checked))
+        if not decision.allowed:
+            raise QuotaExceeded(decision.reason, retryable=False, field=f"base.{decision.field}")
+
+    def _check_dependencies(self, tenant: str, after: builtins.list[str]) -> None:
+        """Each `after` job is one of the tenant's own (the admin: anyone's)."""
+        for i, job_id in enumerate(after):
+            if self.store.get_job(job_id, tenant=None if tenant == ADMIN_TENANT else tenant) is None:
+                raise SpecError(f"after.{i}", f"after.{i}: no job {job_id} of this tenant")
+
+
+def _trial_json(sweep: SweepRecord, trial: SweepTrialRecord, step: int | None) -> dict[str, Any]:
+    return {"number": trial.number, "job": trial.job_id, "name": trial_name(sweep.name, trial.number),
+            "params": trial.params, "objective": trial.objective, "state": trial.state.value,
+            "pruned_step": trial.pruned_step, "error": trial.error, "step": step}
+
+
+def _best(sweep: SweepRecord, trials: list[SweepTrialRecord]) -> dict[str, Any] | None:
+    done = [t for t in trials if t.state is TrialState.SUCCEEDED and t.objective is not None]
+    if not done:
+        return None
+    pick = min if sweep.spec.objective.mode == "min" else max
+    best = pick(done, key=lambda t: t.objective)  # type: ignore[arg-type, return-value]
+    return {"job": best.job_id, "number": best.number, "params": best.params,
+            "objective": best.objective}
+

@@ -1,0 +1,285 @@
+"""The sweep controller's pass on a real store and a real (unstarted)
+supervisor, without Ray: trial jobs are moved through their states by the
+test as a runner would, and their metrics rows written as the ranks would.
+The seam is the submit (`StoreJobs`): the job goes to the store directly,
+not through the cluster checks, which need Ray (tests/e2e/test_sweeps_e2e.py
+runs a sweep on Ray)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState as OptunaState
+
+from service.states import JobState as S
+from service.store.errors import SweepNotFound, SweepUnfinished
+from service.store.sweep_records import SweepState, TrialState
+from service.store.tenants import ADMIN_TENANT
+from service.supervisor import Supervisor
+from service.sweeps.controller import idempotency_key
+from service.sweeps.service import SweepService
+from service.sweeps.study import distributions, open_storage, study_url, trials_by_number
+from service.settings import Settings
+from tests.api.conftest import ADMIN_KEY, make_supervisor
+from workers.spec import JobSpec, SpecError
+from workers.spec.sweep import SweepSpec
+
+BASE = {"model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
+        "train": {"steps": 3, "global_batch_size": 4}}
+
+
+def sweep_spec(**changes) -> SweepSpec:
+    return SweepSpec.model_validate({
+        "name": "lr", "base": BASE, "sampler": "grid", "objective": {"metric": "loss"},
+        "space": {"train.lr": {"grid": [1e-3, 3e-3, 1e-2]}}, "max_trials": 3,
+        "max_concurrent": 2, **changes})
+
+
+class StoreJobs:
+    """The supervisor's job calls, its submit straight to the store (`checked`: no cluster check)."""
+
+    def __init__(self, supervisor: Supervisor):
+        self.supervisor, self.store = supervisor, supervisor.store
+        self.submits = 0
+
+    def submit(self, tenant, spec, idempotency_key, *, sweep=None):
+        self.submits += 1
+        spec = checked(tenant, spec)
+        return self.store.create_job(tenant=tenant, name=spec.name, spec=spec, sweep=sweep,
+                                     priority=spec.priority, idempotency_key=idempotency_key)
+
+    def cancel(self, tenant, job_id):
+        return self.supervisor.cancel(tenant, job_id)
+
+    def prune(self, job_id, step, reason):
+        return self.supervisor.prune(job_id, step, reason)
+
+    def delete(self, tenant, job_id):
+        return self.supervisor.delete(tenant, job_id)
+
+
+def checked(tenant: str, spec: JobSpec) -> JobSpec:
+    """The submit checks as far as they need no cluster: a spec with 7 steps is refused."""
+    if spec.train.steps == 7:
+        raise SpecError("train.steps", "train.steps: 7 is unlucky")
+    return spec
+
+
+@pytest.fixture(scope="module")
+def empty_studies(tmp_path_factory) -> Path:
+    """An empty Optuna storage file, made once (its schema takes seconds to make)."""
+    path = tmp_path_factory.mktemp("studies") / "brigade-optuna.db"
+    open_storage(f"sqlite:///{path.with_name('brigade.db')}").engine.dispose()
+    return path
+
+
+@pytest.fixture
+def supervisor(tmp_path, empty_studies):
+    shutil.copy(empty_studies, tmp_path / empty_studies.name)  # the store's sibling file
+    supervisor = make_supervisor(tmp_path)  # not started: the test runs each pass
+    yield supervisor
+    supervisor.store.dispose()
+
+
+def service_of(supervisor: Supervisor) -> tuple[SweepService, StoreJobs]:
+    jobs = StoreJobs(supervisor)
+    return SweepService(supervisor.store, jobs, check=checked), jobs
+
+
+def run_job(store, job_id: str, losses: list[float], end: S | None = S.SUCCEEDED) -> None:
+    """What a runner and the ranks would write: started, a row a step, ended."""
+    store.transition(job_id, S.STARTING, reason="admitted")
+    store.transition(job_id, S.RUNNING, reason="training", workers=1)
+    store.record_metrics(job_id, 1, [{"step": i + 1, "loss": v} for i, v in enumerate(losses)])
+    store.update_job(job_id, step=len(losses))
+    if end is not None:
+        store.transition(job_id, end, reason="ended by the test")
+
+
+def test_a_grid_sweep_runs_its_trials_as_jobs_max_concurrent_at_a_time(supervisor):
+    service, _ = service_of(supervisor)
+    store = supervisor.store
+    sweep, created = service.submit("acme", sweep_spec(), "key-1")
+    assert created and sweep.state is SweepState.QUEUED
+    assert service.submit("acme", sweep_spec(), "key-1") == (sweep, False)
+
+    service.run_pass()
+    trials = store.sweeps.trials(sweep.id)
+    assert [t.number for t in trials] == [0, 1] and all(t.job_id for t in trials)
+    jobs, _ = store.list_jobs(tenant="acme", sweep=sweep.id)
+    assert sorted(j.name for j in jobs) == ["lr-t0", "lr-t1"]
+    assert {j.idempotency_key for j in jobs} == {idempotency_key(sweep.id, 0),
+                                                 idempotency_key(sweep.id, 1)}
+    assert all(j.spec.train.lr == t.params["train.lr"] for t in trials for j in jobs
+               if j.id == t.job_id)
+    assert service.get("acme", sweep.id).state is SweepState.RUNNING
+    service.run_pass()
+    assert len(store.sweeps.trials(sweep.id)) == 2  # two live: the third waits
+
+    run_job(store, trials[0].job_id, [2.0, 1.5, 1.25])
+    service.run_pass()
+    trials = store.sweeps.trials(sweep.id)
+    assert (trials[0].state, trials[0].objective) == (TrialState.SUCCEEDED, 1.25)
+    assert len(trials) == 3 and trials[2].state is TrialState.QUEUED
+    run_job(store, trials[1].job_id, [2.0, 1.0], end=S.FAILED)
+    run_job(store, trials[2].job_id, [1.5, 1.1])
+    service.run_pass()
+
+    view = service.view("acme", sweep.id)
+    assert view["state"] == "SUCCEEDED" and view["finished_at"] is not None
+    assert view["counts"] == {"QUEUED": 0, "RUNNING": 0, "SUCCEEDED": 2, "FAILED": 1,
+                              "PRUNED": 0, "CANCELLED": 0, "total": 3}
+    assert view["best"] == {"job": trials[2].job_id, "number": 2,
+                            "params": trials[2].params, "objective": 1.1}
+    assert [t["name"] for t in view["trials"]] == ["lr-t0", "lr-t1", "lr-t2"]
+    assert view["trials"][1]["objective"] == 1.0 and view["trials"][0]["step"] == 3
+    assert view["objective"] == {"metric": "loss", "mode": "min"}
+    study = service.studies.study(sweep.study, sweep.spec)
+    assert [t.state for t in study.get_trials()] == [
+        OptunaState.COMPLETE, OptunaState.FAIL, OptunaState.COMPLETE]
+
+    assert [s.id for s in service.list("acme")] == [sweep.id]
+    assert service.list("beta") == [] and service.list(ADMIN_TENANT)[0].id == sweep.id
+    with pytest.raises(SweepNotFound):
+        service.view("beta", sweep.id)
+
+
+def test_asha_prunes_a_trial_behind_the_others_and_the_next_one_starts(supervisor):
+    service, _ = service_of(supervisor)
+    store = supervisor.store
+    spec = sweep_spec(max_concurrent=1, pruner="asha",
+                      pruner_options={"min_steps": 1, "reduction_factor": 2})
+    sweep, _ = service.submit("acme", spec, None)
+    service.run_pass()
+    first = store.sweeps.trials(sweep.id)[0]
+    run_job(store, first.job_id, [1.0, 0.8, 0.6])
+    service.run_pass()
+    second = store.sweeps.trials(sweep.id)[1]
+    run_job(store, second.job_id, [9.0], end=None)  # far behind at the first rung
+    service.run_pass()
+
+    pruned = store.sweeps.trials(sweep.id)[1]
+    assert (pruned.state, pruned.pruned_step, pruned.objective) == (TrialState.PRUNED, 1, 9.0)
+    job = store.get_job(second.job_id)
+    assert job.state is S.PRUNING  # its runner stops it at once, then PRUNED
+    assert store.events(job.id)[-1].reason.startswith("pruned at step 1: ")
+    third = store.sweeps.trials(sweep.id)[2]
+    assert third.job_id and third.state is TrialState.QUEUED  # the next trial at once
+    trial = trials_by_number(service.studies.study(sweep.study, spec))[1]
+    assert trial.state is OptunaState.PRUNED and trial.intermediate_values == {1: 9.0}
+
+
+def test_a_point_whose_spec_is_refused_is_a_failed_trial_and_the_sweep_ends(supervisor):
+    service, _ = service_of(supervisor)
+    spec = sweep_spec(space={"train.steps": {"grid": [0, 7]}}, max_concurrent=2)
+    sweep, _ = service.submit("acme", spec, None)
+    service.run_pass()
+    trials = {t.params["train.steps"]: t for t in supervisor.store.sweeps.trials(sweep.id)}
+    assert all(t.state is TrialState.FAILED and t.job_id is None for t in trials.values())
+    assert trials[0].error.startswith("train.steps: ")  # pydantic's, at the job's field
+    assert trials[7].error == "train.steps: train.steps: 7 is unlucky"  # the submit checks'
+    done = service.get("acme", sweep.id)
+    assert done.state is SweepState.FAILED and "no trial succeeded (2 FAILED)" in done.error
+    assert supervisor.store.list_jobs(tenant=None, sweep=sweep.id)[1] == 0
+
+
+def test_a_restart_mid_sweep_loses_or_doubles_no_trial(tmp_path, store, empty_studies):
+    """On SQLite and Postgres (the `store` fixture's legs): the study's history
+    is in the database, read again by a new service."""
+    if store.dialect == "sqlite":
+        shutil.copy(empty_studies, study_url(store.url)[0].removeprefix("sqlite:///"))
+    settings = Settings(data_dir=str(tmp_path), admin_key=ADMIN_KEY, secret="test-secret")
+    supervisor = Supervisor(settings, store)
+    spec = sweep_spec(sampler="tpe", seed=3, max_concurrent=1, max_trials=3,
+                      space={"train.lr": {"loguniform": [1e-4, 1e-1]}})
+    service, _ = service_of(supervisor)
+    sweep, _ = service.submit("acme", spec, None)
+    service.run_pass()
+    first = store.sweeps.trials(sweep.id)[0]
+    run_job(store, first.job_id, [1.0, 0.5])
+    # A crash between asking the study and writing the trial's row:
+    asked = service.studies.study(sweep.study, spec).ask(distributions(spec))
+
+    restarted, _ = service_of(supervisor)  # a new service on the same database
+    restarted.run_pass()
+    trials = store.sweeps.trials(sweep.id)
+    assert [t.number for t in trials] == [0, 1] and trials[0].state is TrialState.SUCCEEDED
+    assert trials[1].number == asked.number and trials[1].params == asked.params
+    # A crash between writing a row and its job: submitted again, the same job.
+    job_id = trials[1].job_id
+    store.sweeps.update_trial(sweep.id, 1, job_id=None)
+    restarted.run_pass()
+    assert store.sweeps.trials(sweep.id)[1].job_id == job_id
+    assert store.list_jobs(tenant=None, sweep=sweep.id)[1] == 2
+
+    run_job(store, job_id, [0.7, 0.4])
+    restarted.run_pass()
+    run_job(store, store.sweeps.trials(sweep.id)[2].job_id, [0.9, 0.8])
+    restarted.run_pass()
+    history = service_of(supervisor)[0].studies.study(sweep.study, spec).get_trials()
+    assert [t.state for t in history] == [OptunaState.COMPLETE] * 3
+    assert [t.value for t in history] == [0.5, 0.4, 0.8]
+    assert store.list_jobs(tenant=None, sweep=sweep.id)[1] == 3
+    assert store.sweeps.get(sweep.id).state is SweepState.SUCCEEDED
+
+
+def test_cancel_stops_its_live_trials_and_delete_removes_them(supervisor):
+    service, _ = service_of(supervisor)
+    store = supervisor.store
+    sweep, _ = service.submit("acme", sweep_spec(), None)
+    service.run_pass()
+    trials = store.sweeps.trials(sweep.id)
+    run_job(store, trials[0].job_id, [1.0], end=None)
+    with pytest.raises(SweepUnfinished):
+        service.delete("acme", sweep.id)
+
+    cancelled = service.cancel("acme", sweep.id)
+    assert cancelled.state is SweepState.CANCELLED and service.cancel("acme", sweep.id) == cancelled
+    assert [store.get_job(t.job_id).state for t in trials] == [S.CANCELLING, S.CANCELLED]
+    assert {t.state for t in store.sweeps.trials(sweep.id)} == {TrialState.CANCELLED}
+    service.run_pass()  # a cancelled sweep is not live: nothing more is asked
+    assert len(store.sweeps.trials(sweep.id)) == 2
+    with pytest.raises(SweepUnfinished, match="still stopping"):
+        service.delete("acme", sweep.id)
+    store.transition(trials[0].job_id, S.CANCELLED, reason="its group stopped")
+    with pytest.raises(SweepNotFound):
+        service.delete("beta", sweep.id)
+    service.delete("acme", sweep.id)
+    assert store.sweeps.get(sweep.id) is None
+    assert store.list_jobs(tenant=None, sweep=sweep.id)[1] == 0
+    with pytest.raises(KeyError):
+        import optuna
+        optuna.load_study(study_name=sweep.study, storage=service.studies.storage)
+
+
+def test_submit_refuses_a_base_or_a_dependency_at_its_field(supervisor):
+    service, _ = service_of(supervisor)
+    with pytest.raises(SpecError) as refused:
+        service.submit("acme", sweep_spec(base={**BASE, "train": {"steps": 7}}), None)
+    assert refused.value.field == "base.train.steps"
+    with pytest.raises(SpecError) as refused:
+        service.submit("acme", sweep_spec(after=["j-000000000000"]), None)
+    assert refused.value.field == "after.0"
+    assert supervisor.store.sweeps.list(tenant=None) == []
+
+
+def test_a_sweep_waits_for_its_after_jobs_and_fails_with_one(supervisor):
+    service, _ = service_of(supervisor)
+    store = supervisor.store
+    first, _ = store.create_job(tenant="acme", name="prep", spec=JobSpec.model_validate(BASE))
+    second, _ = store.create_job(tenant="acme", name="prep2", spec=JobSpec.model_validate(BASE))
+    waits, _ = service.submit("acme", sweep_spec(after=[first.id]), None)
+    fails, _ = service.submit("acme", sweep_spec(after=[second.id]), None)
+    run_job(store, first.id, [1.0], end=None)
+    store.transition(second.id, S.CANCELLED, reason="cancelled")
+    service.run_pass()
+    assert service.get("acme", waits.id).state is SweepState.QUEUED
+    assert service.view("acme", waits.id)["waiting"] == f"waiting for {first.id} (RUNNING)"
+    assert store.sweeps.trials(waits.id) == []
+    failed = service.get("acme", fails.id)
+    assert failed.state is SweepState.FAILED and second.id in failed.error
+    store.transition(first.id, S.SUCCEEDED, reason="done")
+    service.run_pass()
+    assert len(store.sweeps.trials(waits.id)) == 2
