@@ -22,7 +22,7 @@ read files next, the cluster last:
    its index says (`workers.datasets.checks`: a missing shard, a size or
    checksum that does not match, a tokenizer that does not parse, a vocabulary
    the model does not cover is a 422 naming the file, not a job that fails later;
-   not yet for a dataset that a prepare job in `after` is still making)
+   not yet for a dataset that a prepare job it waits on is still making)
 6. `init`: a model directory whose headers fit the model, or one of the
    tenant's jobs: a committed checkpoint of it, or one still running to wait
    for (`service.intake.init_source`)
@@ -107,7 +107,7 @@ def job_data(spec: JobSpec, submission: Submission) -> JobSpec:
 
 def _data_of_dependency(spec: JobSpec, submission: Submission) -> bool:
     """Whether the job reads a dataset that a prepare job it waits on is still making."""
-    if not spec.after:
+    if not spec.after and (spec.init is None or spec.init.job is None):
         return False
     tenant, root = submission.tenant, submission.data_root
     return reads_pending(spec, pending_datasets(spec, tenant, root, submission.store), tenant, root)

@@ -7,10 +7,12 @@ make.
   never succeed, so the job could only fail. Ids name jobs that exist, so
   older ones: a job cannot wait on itself, nor two jobs on each other.
 - `pending_datasets`: the outputs of the prepare jobs (`POST /v1/datasets`)
-  the job names in `after` that have not succeeded yet. Their data is not
-  there at submit; the data check passes over a job that reads one (its
-  data is checked as the job starts, as every job's is, and a dataset that
-  is no good then fails it, naming the file).
+  the job waits on (named in `after`, or waited on by a job it waits on: a
+  fine-tune from a job that trains on a dataset still to be made) that have
+  not succeeded yet. Their data is not there at submit; the data check
+  passes over a job that reads one (its data is checked as the job starts,
+  as every job's is, and a dataset that is no good then fails it, naming
+  the file).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from service.intake.data_access import check_data_uri
+from service.run.dependencies import dependency_ids
 from service.states import JobState
 from workers.spec import JobSpec, SpecError
 
 if TYPE_CHECKING:
     from service.store import JobStore
+
+MAX_UPSTREAM = 64  # the jobs read, at most, looking for the datasets a job's dependencies make
 
 
 def check_after(spec: JobSpec, tenant: str, store: JobStore) -> JobSpec:
@@ -43,14 +48,23 @@ def check_after(spec: JobSpec, tenant: str, store: JobStore) -> JobSpec:
 
 
 def pending_datasets(spec: JobSpec, tenant: str, root: str, store: JobStore) -> set[str]:
-    """The outputs (uris, no trailing slash) of the prepare jobs in the
-    spec's `after` that have not succeeded yet."""
-    pending = set()
-    for job_id in spec.after:
-        job = store.get_job(job_id, tenant=tenant)
-        if (job is None or job.state is JobState.SUCCEEDED or job.spec.prepare is None):
+    """The outputs (uris, no trailing slash) of the prepare jobs the job
+    waits on, directly or through the jobs it waits on (at most
+    `MAX_UPSTREAM` of them read), that have not succeeded yet."""
+    pending: set[str] = set()
+    seen: set[str] = set()
+    todo = dependency_ids(spec)
+    while todo and len(seen) < MAX_UPSTREAM:
+        job_id = todo.pop()
+        if job_id in seen:
             continue
-        pending.add(_normal(job.spec.prepare.output, tenant, root))
+        seen.add(job_id)
+        job = store.get_job(job_id, tenant=tenant)
+        if job is None or job.state.is_terminal:
+            continue
+        if job.spec.prepare is not None:
+            pending.add(_normal(job.spec.prepare.output, tenant, root))
+        todo += dependency_ids(job.spec)
     return pending
 
 
