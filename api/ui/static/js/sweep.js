@@ -174,6 +174,7 @@ document.addEventListener("DOMContentLoaded", () => {
       `${c.total} of ${s.max_trials} trials, ${s.max_concurrent} at once`,
       ["SUCCEEDED", "RUNNING", "QUEUED", "PRUNED", "FAILED", "CANCELLED"].filter((k) => c[k])
         .map((k) => `${c[k]} ${k.toLowerCase()}`).join(", "),
+      sweep.waiting ? `waiting: ${sweep.waiting}` : "",
     ].filter(Boolean).join(" \u00b7 ");
     const b = sweep.best;
     document.getElementById("sweep-best").replaceChildren(...(b ? [

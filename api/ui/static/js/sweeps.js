@@ -40,7 +40,7 @@ document.addEventListener("DOMContentLoaded", () => {
         el("td", {class: "num best"}, best),
         el("td", {class: "hide-narrow small"}, `${s.spec.sampler}` + (s.spec.pruner !== "none" ? `, ${s.spec.pruner} pruning` : "")),
         el("td", {class: "hide-narrow"}, time(s.created_at)),
-        el("td", {class: "note hide-narrow"}, s.error || ""));
+        el("td", {class: "note hide-narrow"}, s.error || s.waiting || ""));
     });
     fill(tbody, rows, stateFilter.value ? "No sweeps in that state." : "No sweeps yet.", columns);
     const n = page.sweeps.length;
