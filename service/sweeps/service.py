@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from service.intake.dependencies import check_after
 from service.scheduling import Demand, QuotaPolicy
 from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
 from service.store.errors import SweepNotFound, SweepUnfinished
@@ -47,7 +48,7 @@ class SweepService:
         pass): (sweep, True); an idempotent retry: (that sweep, False)."""
         if idempotency_key is not None and (found := self.store.sweeps.by_key(tenant, idempotency_key)):
             return found, False
-        self._check_dependencies(tenant, spec.after)
+        self._check_dependencies(tenant, spec)
         self._check_base(tenant, spec.base)
         record, created = self.store.sweeps.create(tenant=tenant, spec=spec,
                                                    idempotency_key=idempotency_key)
@@ -164,11 +165,10 @@ class SweepService:
         if not decision.allowed:
             raise QuotaExceeded(decision.reason, retryable=False, field=f"base.{decision.field}")
 
-    def _check_dependencies(self, tenant: str, after: builtins.list[str]) -> None:
-        """Each `after` job is one of the tenant's own (the admin: anyone's)."""
-        for i, job_id in enumerate(after):
-            if self.store.get_job(job_id, tenant=None if tenant == ADMIN_TENANT else tenant) is None:
-                raise SpecError(f"after.{i}", f"after.{i}: no job {job_id} of this tenant")
+    def _check_dependencies(self, tenant: str, spec: SweepSpec) -> None:
+        """Each `after` job is one of the tenant's own, not ended without
+        succeeding: the jobs' own check (a 422 at `after.N`)."""
+        check_after(spec.base.model_copy(update={"after": spec.after}), tenant, self.store)
 
 
 def _trial_json(sweep: SweepRecord, trial: SweepTrialRecord, step: int | None) -> dict[str, Any]:

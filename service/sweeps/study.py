@@ -89,7 +89,7 @@ class _GridSampler(optuna.samplers.GridSampler):
     raises). The controller asks no more than the grid has points
     (`SweepSpec.trial_budget`)."""
 
-    def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
+    def after_trial(self, study, trial, state, values) -> None:
         pass
 
 

@@ -19,12 +19,11 @@ from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, Stric
 
 from workers.spec.base import _members, _Section, refusal
 from workers.spec.job import JobSpec
-from workers.spec.training import JOB_ID_PATTERN
+from workers.spec.training import JobIds
 
 MAX_TRIALS = 10_000
 # A sweep's name, short enough that `{name}-t{k}` is still a job name (NAME_PATTERN) at any k.
 SWEEP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$"
-MAX_DEPENDENCIES = 32
 NOT_SEARCHED = frozenset({"name"})  # the sweep names each trial itself
 
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None  # what Optuna's choices may hold
@@ -104,8 +103,7 @@ class SweepSpec(_Section):
     pruner: Literal["none", "asha", "median"] = "none"
     pruner_options: PrunerOptions = Field(default_factory=PrunerOptions)
     # jobs of the tenant that must succeed before the first trial starts
-    after: Annotated[list[Annotated[str, Field(pattern=JOB_ID_PATTERN)]],
-                     Field(max_length=MAX_DEPENDENCIES)] = []
+    after: JobIds = []
 
     @model_validator(mode="after")
     def _searchable(self) -> SweepSpec:
@@ -119,8 +117,6 @@ class SweepSpec(_Section):
                                                     PRUNER_READS[self.pruner]):
             raise refusal(f"pruner_options.{unread}", f"pruner_options.{unread} is not read by "
                           f"pruner {self.pruner!r}")
-        if len(set(self.after)) != len(self.after):
-            raise refusal("after", "after names a job twice", self.after)
         return self
 
     @property

@@ -67,7 +67,7 @@ def test_defaults_and_every_domain_kind():
     ({"max_trials": MAX_TRIALS + 1}, "max_trials", "less than or equal"),
     ({"max_concurrent": 0}, "max_concurrent", "greater than or equal to 1"),
     ({"name": "x" * 121}, "name", "pattern"),
-    ({"after": ["j-1", "j-1"]}, "after", "twice"),
+    ({"after": ["j-1", "j-1"]}, "after.1", "twice"),
     ({"after": ["no good"]}, "after.0", "pattern"),
     ({"colour": "blue"}, "colour", "Extra"),
     ({"base": {**BASE, "train": {"steps": 0}}}, "base.train.steps", "greater than or equal to 1"),
