@@ -159,3 +159,46 @@ def test_a_token_past_the_vocabulary_fails_the_job_naming_the_shard_without_rest
     assert re.search(r"bad-ids/shard-\d{5}-\d{3}\.bin: token id 9999 at token \d+ is >= the "
                      r"vocabulary size", done.error), done.error
     assert "not restarted" in done.error
+
+
+def test_jobs_wait_on_jobs_prepare_then_train_then_fine_tune(live):
+    """A chain submitted at once: a training job `after` the preparation of
+    the dataset it reads (not there yet at submit: not refused for it), a
+    fine-tune from that job's checkpoint (`init.job`, still to run), each
+    waiting QUEUED with its reason and no expected start; a job waiting on a
+    cancelled one fails naming it."""
+    import time
+
+    client, http, data, _ = live
+    prepare_job = http.post("/v1/datasets", json=request(data, "chained", workers=1)).json()
+    model = {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16, "vocab_size": 512}
+    spec = {"workers": 1, "model": model, "data": {"source": "tokens", "uri": "chained"},
+            "train": {"steps": 2}}
+    trained = http.post("/v1/jobs", json={**spec, "name": "trained", "after": [prepare_job["id"]]})
+    assert trained.status_code == 201, trained.text
+    tuned = http.post("/v1/jobs", json={**spec, "name": "tuned", "train": {"steps": 1},
+                                        "init": {"job": trained.json()["id"]}})
+    assert tuned.status_code == 201, tuned.text
+    blocker = http.post("/v1/jobs", json={**spec, "name": "blocker",
+                                          "after": [tuned.json()["id"]]}).json()
+    doomed = http.post("/v1/jobs", json={**spec, "name": "doomed", "after": [blocker["id"]]}).json()
+
+    deadline = time.monotonic() + 30
+    while (job := http.get(f"/v1/jobs/{doomed['id']}").json())["waiting"] is None:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    assert job["waiting"] == f"waiting for {blocker['id']} (QUEUED)" and job["state"] == "QUEUED"
+    assert job["expected_start"] is None and job["expected_start_reason"] in (None, job["waiting"])
+    client.cancel(blocker["id"])
+    states = [e.state for e in client.follow(doomed["id"]) if isinstance(e, JobProgress)]
+    assert states[-1] is JobState.FAILED
+    assert client.get(doomed["id"]).error == f"dependency {blocker['id']} CANCELLED"
+
+    tuned_id = tuned.json()["id"]
+    states = [e.state for e in client.follow(tuned_id) if isinstance(e, JobProgress)]
+    assert states[-1] is JobState.SUCCEEDED, client.get(tuned_id).error
+    for job_id in (prepare_job["id"], trained.json()["id"]):
+        assert client.get(job_id).state is JobState.SUCCEEDED
+    reasons = [e["reason"] for e in http.get(f"/v1/jobs/{tuned_id}/events").json()]
+    assert (f"init.job {trained.json()['id']} succeeded: the job starts from its latest "
+            "committed step, 2") in reasons, reasons
