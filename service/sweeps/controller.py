@@ -42,7 +42,7 @@ from service.run.dependencies import Broken, Waiting, dependency_ids, read_depen
 from service.states import JobState
 from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
 from service.store.sweep_records import SweepRecord, SweepState, SweepTrialRecord, TrialState
-from service.sweeps.study import Studies, distributions, tell, trials_by_number
+from service.sweeps.study import Studies, distributions, running_trials, tell
 from workers.cluster.errors import CapacityError
 from workers.spec import JobSpec, SpecError, explain
 from workers.spec.sweep import trial_spec
@@ -124,15 +124,15 @@ class SweepController:
         self.waiting.pop(sweep.id, None)
 
         study = self.studies.study(sweep.study, spec)
-        frozen = trials_by_number(study)
+        running = running_trials(study)
         rows = {t.number: t for t in self.store.sweeps.trials(sweep.id)}
-        for number, trial in frozen.items():  # asked, then a crash before its row: record it
-            if number not in rows and trial.state is OptunaState.RUNNING:
+        for number, trial in running.items():  # asked, then a crash before its row: record it
+            if number not in rows:
                 rows[number] = self.store.sweeps.add_trial(sweep.id, number, dict(trial.params))
 
         for number, row in list(rows.items()):
             if row.job_id is not None and not row.state.is_terminal:
-                rows[number] = self._sync(sweep, study, row, frozen.get(number))
+                rows[number] = self._sync(sweep, study, row, running.get(number))
 
         submitted = False
         for number, row in sorted(rows.items()):
@@ -192,15 +192,17 @@ class SweepController:
             return self.store.sweeps.update_trial(sweep.id, row.number, state=TrialState.FAILED,
                                                   error=f"its job {row.job_id} was deleted")
         metric = sweep.spec.objective.metric
+        # `frozen` None: the study was told of this trial already (a crash before its row was
+        # updated), so nothing more is reported; the row follows its job.
         reported = dict(frozen.intermediate_values) if frozen is not None else {}
-        values = _values(self.store.metrics(job.id, since_step=max(reported, default=0) + 1),
-                         metric)
+        values = {} if frozen is None else _values(
+            self.store.metrics(job.id, since_step=max(reported, default=0) + 1), metric)
         if values:
             should_prune = self.studies.report(study, row.number, values)
             reported.update(values)
             if should_prune and not job.state.is_terminal:
                 job = self._prune(sweep, job, max(values), values[max(values)])
-        latest = reported[max(reported)] if reported else None
+        latest = reported[max(reported)] if reported else row.objective
 
         state = trial_state(job.state)
         if state is TrialState.SUCCEEDED:

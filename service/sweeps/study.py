@@ -167,8 +167,9 @@ class Studies:
         return trial.should_prune()
 
 
-def trials_by_number(study: optuna.Study) -> dict[int, FrozenTrial]:
-    return {t.number: t for t in study.get_trials(deepcopy=False)}
+def running_trials(study: optuna.Study) -> dict[int, FrozenTrial]:
+    """The study's trials not yet told, by number (what a pass reads of it)."""
+    return {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
 
 
 def tell(study: optuna.Study, number: int, *, value: float | None = None,

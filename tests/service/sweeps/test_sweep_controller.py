@@ -20,7 +20,7 @@ from service.store.tenants import ADMIN_TENANT
 from service.supervisor import Supervisor
 from service.sweeps.controller import idempotency_key
 from service.sweeps.service import SweepService
-from service.sweeps.study import distributions, open_storage, study_url, trials_by_number
+from service.sweeps.study import distributions, open_storage, study_url
 from service.settings import Settings
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from workers.spec import JobSpec, SpecError
@@ -167,7 +167,7 @@ def test_asha_prunes_a_trial_behind_the_others_and_the_next_one_starts(superviso
     assert store.events(job.id)[-1].reason.startswith("pruned at step 1: ")
     third = store.sweeps.trials(sweep.id)[2]
     assert third.job_id and third.state is TrialState.QUEUED  # the next trial at once
-    trial = trials_by_number(service.studies.study(sweep.study, spec))[1]
+    trial = service.studies.study(sweep.study, spec).get_trials()[1]
     assert trial.state is OptunaState.PRUNED and trial.intermediate_values == {1: 9.0}
 
 
@@ -215,7 +215,11 @@ def test_a_restart_mid_sweep_loses_or_doubles_no_trial(tmp_path, store, empty_st
     assert store.list_jobs(tenant=None, sweep=sweep.id)[1] == 2
 
     run_job(store, job_id, [0.7, 0.4])
+    # A crash between telling the study and writing the trial's row: the row follows its job.
+    restarted.studies.study(sweep.study, spec).tell(1, 0.4)
     restarted.run_pass()
+    assert (store.sweeps.trials(sweep.id)[1].state, store.sweeps.trials(sweep.id)[1].objective) \
+        == (TrialState.SUCCEEDED, 0.4)
     run_job(store, store.sweeps.trials(sweep.id)[2].job_id, [0.9, 0.8])
     restarted.run_pass()
     history = service_of(supervisor)[0].studies.study(sweep.study, spec).get_trials()
