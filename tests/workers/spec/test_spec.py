@@ -62,7 +62,7 @@ def test_an_unknown_field_is_explained_with_the_nearest_allowed_names():
     said = explain(caught.value, JobSpec)
     assert "train.global_batch_sise: unknown field (did you mean global_batch_size" in said
     assert "maxx: unknown field (did you mean max?)" in said
-    assert "zzz: unknown field (allowed: adapter, checkpoint, data, eval," in said
+    assert "zzz: unknown field (allowed: adapter, after, checkpoint, data, eval," in said
     assert "Extra inputs" in explain(caught.value)  # without the model: pydantic's own words
     assert unknown_field(JobSpec, ("init", "jb")) == "unknown field (did you mean job?)"
     assert unknown_field(JobSpec, ("name", "x")) is None  # no model there
