@@ -43,7 +43,7 @@ class DependencyGate:
         job's waiting reason). Jobs whose dependency will never succeed are
         failed, and in neither."""
         waits = {job.id: ids for job in queued
-                 if job.attempt == 0 and (ids := dependency_ids(job.spec))}
+                 if job.attempt == 0 and _may_wait(job) and (ids := dependency_ids(job.spec))}
         self._init_checked &= waits.keys()
         if not waits:
             self.waiting = {}
@@ -100,3 +100,10 @@ class DependencyGate:
                           f"checkpoint at step {init.step} (it has {committed[-5:]})")
         self._init_checked.add(job.id)
         return None
+
+
+def _may_wait(job: JobRecord) -> bool:
+    """Whether the job names any job, from its stored JSON (a queue of
+    thousands is not parsed for it)."""
+    init = job.stored_spec.get("init")
+    return bool(job.stored_spec.get("after")) or bool(isinstance(init, dict) and init.get("job"))

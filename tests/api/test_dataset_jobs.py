@@ -3,7 +3,8 @@ run for real by a started supervisor on the session's Ray cluster (two rank
 actors tokenizing a file each a round): admitted, followed (one row a file),
 its output byte-identical to `data prepare`'s; refused with a 422 naming the
 field for inputs outside the tenant's prefix, a glob matching nothing and an
-output that holds a dataset; cancellable like any job."""
+output that holds a dataset; cancellable like any job; named in `after` by
+a training job submitted with it, before its dataset exists."""
 
 from __future__ import annotations
 
