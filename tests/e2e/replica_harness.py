@@ -36,7 +36,8 @@ from tests.e2e.serve_harness import Server
 
 POSTGRES_URL = os.environ.get(
     "BRIGADE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-LEASE_S = 3.0  # BRIGADE_LEASE_S of every replica here: a failover within LEASE_S + 5 s
+LEASE_S = 3.0  # BRIGADE_LEASE_S of every replica here
+FAILOVER_S = LEASE_S + 5  # the bound: another replica leads within this of the leader's loss
 REPLICA_ENV = {
     "BRIGADE_LEASE_S": str(LEASE_S),
     "BRIGADE_POLL_INTERVAL_S": "0.2",

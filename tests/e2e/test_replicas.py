@@ -1,0 +1,285 @@
+"""Replicas of `brigade serve` on one Postgres database and one Ray head
+(tests/e2e/replica_harness.py: a `ray start --head` of this module's own, a
+fresh database per test, real processes killed and stopped by signals):
+
+- both replicas serve the whole API, and actions sent to a follower take
+  effect; replicas started at the same instant migrate once;
+- the leader SIGKILLed mid-training and mid-save: another leads within
+  BRIGADE_LEASE_S + 5 s, the running jobs keep their rank processes (restarts
+  0, the same attempt), a job queued meanwhile is admitted, an action sent
+  meanwhile takes effect, every metrics row and event once;
+- the leader SIGSTOPped past its lease: another leads; woken, the old one
+  takes no action (no event of its after it was stopped) and says follower.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from tests.e2e.replica_harness import (
+    FAILOVER_S,
+    LEASE_S,
+    Replica,
+    Replicas,
+    fresh_database,
+    query,
+    ray_head,
+)
+from tests.e2e.serve_harness import KEY, spec
+
+pytestmark = pytest.mark.timeout(300)
+
+LONG = 120  # steps of a job that outlasts a failover (~5 steps/s here)
+SHORT = 20
+SAVING = 60  # steps of a job that saves a checkpoint at each (~1-2 steps/s)
+
+
+@pytest.fixture(scope="module")
+def head():
+    with ray_head(num_cpus=4) as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def replicas(head, tmp_path):
+    """Two replicas started together on a fresh database, stopped after the test."""
+    with fresh_database() as url:
+        group = Replicas(tmp_path, head, url, n=2)
+        try:
+            yield group.start()
+        finally:
+            group.stop()
+
+
+# -- what the database holds ------------------------------------------------------
+
+
+def events(replicas: Replicas, job_id: str, notes: bool = False) -> list[tuple]:
+    """(to_state, replica, time, reason) of each of the job's transitions (with
+    `notes`: its notes, the events that change no state), oldest first."""
+    rows = query(replicas.database_url, "SELECT from_state, to_state, replica, time, reason "
+                 "FROM job_events WHERE job_id = :id ORDER BY id", id=job_id)
+    return [(to, replica, _utc(at), reason) for before, to, replica, at, reason in rows
+            if (before == to) == notes]
+
+
+def states(replicas: Replicas, job_id: str) -> list[str]:
+    return [e[0] for e in events(replicas, job_id)]
+
+
+def reattached_by(replicas: Replicas, job_id: str) -> list[str]:
+    """Who wrote each of the job's notes, each of them a reattachment (a new leader's reconcile)."""
+    notes = events(replicas, job_id, notes=True)
+    assert all("reattached" in e[3] for e in notes), notes
+    return [e[1] for e in notes]
+
+
+def attempt(replicas: Replicas, job_id: str) -> int:
+    return query(replicas.database_url, "SELECT attempt FROM jobs WHERE id = :id", id=job_id)[0][0]
+
+
+def metric_rows(replicas: Replicas, job_id: str) -> list[tuple[int, int]]:
+    """(step, attempt) of each metrics row, by step."""
+    return query(replicas.database_url, "SELECT step, attempt FROM job_metrics WHERE job_id = :id "
+                 "ORDER BY step", id=job_id)
+
+
+def written_by_since(replicas: Replicas, replica: str, since: datetime) -> list[tuple]:
+    """Job events and audit rows `replica` wrote after `since`."""
+    found = []
+    for table in ("job_events", "audit_events"):
+        rows = query(replicas.database_url, f"SELECT id, time FROM {table} WHERE replica = :r", r=replica)
+        found += [(table, row_id, at) for row_id, at in rows if _utc(at) > since]
+    return found
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+# -- what the API says ----------------------------------------------------------------
+
+
+def rank_pids(replica: Replica, job_id: str, timeout_s: float = 30) -> list[int]:
+    """The job's rank pids as `replica` (the leader) knows them, once it lists them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = sorted(w["pid"] for w in replica.get(f"/v1/jobs/{job_id}/workers") if w["pid"])
+        if pids:
+            return pids
+        assert time.monotonic() < deadline, f"{replica.name} lists no ranks of {job_id}"
+        time.sleep(0.2)
+
+
+def post(replica: Replica, path: str, **body) -> dict:
+    r = replica.http.post(path, json=body or None)
+    assert r.status_code in (200, 201), f"{replica.name} {path}: {r.status_code} {r.text}"
+    return r.json()
+
+
+def followed_log(replica: Replica, job_id: str) -> tuple[int, str]:
+    """Follow the job's log stream on `replica` to its end: (lines, last event)."""
+    lines, last = 0, ""
+    with httpx.stream("GET", f"{replica.url}/v1/jobs/{job_id}/logs", params={"follow": "true"},
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as stream:
+        assert stream.status_code == 200, stream.read()
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                last = line.removeprefix("event: ")
+                lines += last == "log"
+    return lines, last
+
+
+def prometheus_leader(replica: Replica) -> float:
+    text = httpx.get(f"{replica.url}/metrics", timeout=10).text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("brigade_leader")]
+    assert values, "no brigade_leader gauge"
+    return values[0]
+
+
+def assert_kept_training(replicas: Replicas, leader: Replica, job_id: str, pids: list[int],
+                         launched: int) -> None:
+    """The job ran on to the end on the ranks it had: no restart, no second launch,
+    every step's metrics row once from that attempt, every event once, and one
+    note of its reattachment, the new leader's."""
+    done = leader.wait(job_id, lambda j: j["state"] == "SUCCEEDED", 240)
+    assert done["restarts"] == 0 and done["preemptions"] == 0, done
+    assert attempt(replicas, job_id) == launched
+    steps = done["spec"]["train"]["steps"]
+    assert metric_rows(replicas, job_id) == [(s, launched) for s in range(1, steps + 1)]
+    assert states(replicas, job_id) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    assert reattached_by(replicas, job_id) == [leader.name]
+    assert pids, "no ranks were seen"
+
+
+# -- the tests ------------------------------------------------------------------------
+
+
+def test_both_replicas_serve_the_api_and_a_followers_actions_take_effect(replicas, tmp_path):
+    # Started at the same instant on an empty database: both up, migrated once, one leader.
+    assert len(query(replicas.database_url, "SELECT version_num FROM alembic_version")) == 1
+    leader = replicas.leader()
+    follower = replicas.followers(leader)[0]
+    said = follower.readyz()
+    assert said["role"] == "follower" and said["leader"] == leader.name, said
+    assert said["replica"] == follower.name
+    assert leader.readyz()["leader"] == leader.name
+    assert (prometheus_leader(leader), prometheus_leader(follower)) == (1.0, 0.0)
+
+    # A tenant made on the follower is the leader's too.
+    tenant = post(follower, "/v1/tenants", name="ha-acme", quota={"max_workers": 4})
+    assert leader.get(f"/v1/tenants/{tenant['id']}")["name"] == "ha-acme"
+    assert query(replicas.database_url, "SELECT replica FROM audit_events "
+                 "WHERE action = 'tenant.create'") == [(follower.name,)]  # who wrote it
+
+    # Submitted on the follower, run by the leader, read on either, its log followed on the follower.
+    short = follower.submit(spec(SHORT, workers=1))["id"]
+    long = follower.submit(spec(LONG * 10, workers=2))["id"]
+    lines, last = followed_log(follower, short)
+    assert last == "end" and lines > 0, (lines, last)
+    assert leader.job(short)["state"] == follower.job(short)["state"] == "SUCCEEDED"
+    assert leader.get(f"/v1/jobs/{short}/metrics") == follower.get(f"/v1/jobs/{short}/metrics")
+
+    # Suspend, resume and cancel, each sent to the follower, each done by the leader.
+    follower.wait(long, lambda j: j["state"] == "RUNNING" and j["step"] >= 2, 120)
+    post(follower, f"/v1/jobs/{long}/suspend")
+    suspended = follower.wait(long, lambda j: j["state"] == "SUSPENDED", 120)
+    post(follower, f"/v1/jobs/{long}/resume")
+    follower.wait(long, lambda j: j["state"] == "RUNNING" and j["step"] > suspended["step"], 120)
+    post(follower, f"/v1/jobs/{long}/cancel")
+    follower.wait(long, lambda j: j["state"] == "CANCELLED", 120)
+    assert states(replicas, long) == ["QUEUED", "STARTING", "RUNNING", "SUSPENDING", "SUSPENDED",
+                                      "QUEUED", "STARTING", "RUNNING", "CANCELLING", "CANCELLED"]
+    # The leader launched it each time; each event names a replica of this deployment.
+    by = {(e[0], e[1]) for e in events(replicas, long)}
+    assert {r for s, r in by if s == "STARTING"} == {leader.name}, by
+    assert {r for _, r in by} <= {leader.name, follower.name}, by
+
+    # A replica started later beside them (an upgrade's new pod): a follower; nothing migrated again.
+    late = replicas.make("r2")
+    replicas.replicas.append(late)
+    late.start()
+    assert late.readyz()["role"] == "follower"
+    assert replicas.leader() is leader
+    assert len(query(replicas.database_url, "SELECT version_num FROM alembic_version")) == 1
+
+
+def test_the_leader_killed_mid_training_and_mid_save(replicas):
+    leader = replicas.leader()
+    survivor = replicas.followers(leader)[0]
+    training = survivor.submit(spec(LONG, workers=2))["id"]
+    # Saving at every step, synchronously: a kill lands mid-save more often than not.
+    saving = survivor.submit(spec(SAVING, workers=1, checkpoint={"every_steps": 1, "keep_last": 2,
+                                                                  "async": False}))["id"]
+    leader.wait(training, lambda j: j["state"] == "RUNNING" and j["step"] >= 5, 120)
+    leader.wait(saving, lambda j: j["state"] == "RUNNING"
+                and (j["latest_checkpoint"] or {}).get("step", 0) >= 2, 120)
+    pids = rank_pids(leader, training)
+    launched = attempt(replicas, training)
+
+    leader.kill()
+    killed = time.monotonic()
+    step_at_kill = survivor.job(training)["step"]
+    # Meanwhile, on the survivor: a job queued, an action asked.
+    queued = survivor.submit(spec(SHORT, workers=1))["id"]
+    post(survivor, f"/v1/jobs/{saving}/suspend")
+
+    new = replicas.leader(timeout_s=FAILOVER_S + 5, other_than=leader)
+    took = time.monotonic() - killed
+    assert new is survivor and took <= FAILOVER_S, f"a new leader after {took:.1f} s"
+    assert step_at_kill < LONG, "the job finished before its leader was killed"
+    assert rank_pids(new, training) == pids  # reattached to the same ranks
+
+    assert_kept_training(replicas, new, training, pids, launched)
+    done = new.wait(queued, lambda j: j["state"] == "SUCCEEDED", 180)
+    assert done["restarts"] == 0 and attempt(replicas, queued) == 1
+    assert states(replicas, queued) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+
+    # The job killed mid-save: suspended on the ask sent meanwhile, then resumed from
+    # a committed checkpoint, and on to the end with each step's row once.
+    suspended = new.wait(saving, lambda j: j["state"] == "SUSPENDED", 120)
+    at = suspended["latest_checkpoint"]["step"]
+    post(new, f"/v1/jobs/{saving}/resume")
+    done = new.wait(saving, lambda j: j["state"] == "SUCCEEDED", 240)
+    assert done["restarts"] == 0, done
+    rows = new.get(f"/v1/jobs/{saving}/metrics")
+    assert [r["step"] for r in rows] == list(range(1, SAVING + 1))
+    assert [r["resumed_from"] for r in rows if r["resumed_from"]] == [at], rows
+    assert states(replicas, saving) == ["QUEUED", "STARTING", "RUNNING", "SUSPENDING", "SUSPENDED",
+                                        "QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    assert [e[1] for e in events(replicas, saving) if e[0] == "SUSPENDED"] == [new.name]
+
+
+def test_a_leader_stopped_past_its_lease_takes_no_action_when_woken(replicas):
+    old = replicas.leader()
+    other = replicas.followers(old)[0]
+    job = other.submit(spec(LONG, workers=2))["id"]
+    old.wait(job, lambda j: j["state"] == "RUNNING" and j["step"] >= 3, 120)
+    pids = rank_pids(old, job)
+    launched = attempt(replicas, job)
+
+    stopped_at = datetime.now(UTC)
+    old.pause()
+    new = replicas.leader(timeout_s=FAILOVER_S + 5, other_than=old)
+    assert new is other
+    assert rank_pids(new, job) == pids
+    queued = new.submit(spec(SHORT, workers=1))["id"]
+    new.wait(queued, lambda j: j["state"] == "RUNNING", 120)
+
+    old.wake()  # it held the lease when it stopped; it must find out it does not any more
+    deadline = time.monotonic() + LEASE_S + 5
+    while (said := old.readyz()).get("role") != "follower":
+        assert time.monotonic() < deadline, f"the woken replica still says {said}"
+        time.sleep(0.2)
+    assert said["leader"] == new.name, said
+
+    assert_kept_training(replicas, new, job, pids, launched)
+    new.wait(queued, lambda j: j["state"] == "SUCCEEDED", 120)
+    assert attempt(replicas, queued) == 1
+    assert states(replicas, queued) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    assert written_by_since(replicas, old.name, stopped_at) == []
+    assert replicas.leader() is new
