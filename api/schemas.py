@@ -344,6 +344,14 @@ class HealthPublic(BaseModel):
     status: str
 
 
+class ReadyPublic(HealthPublic):
+    """GET /readyz: ready, and this replica's part (`Supervisor.role`)."""
+
+    role: Literal["leader", "follower"]  # whether this replica runs the control loop
+    leader: str | None  # the replica holding the leader lease (None: none now)
+    replica: str  # this replica's name (BRIGADE_REPLICA_NAME)
+
+
 class ErrorBody(BaseModel):
     message: str
     field: str | None = None  # the offending field's dotted path, where there is one
@@ -460,4 +468,3 @@ class AuditPublic(BaseModel):
     total: int
     limit: int
     offset: int
-

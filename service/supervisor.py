@@ -3,6 +3,14 @@ fair share, elastic sizing, preemption: `service.run.scheduling_pass`), runs one
 `JobRunner` thread per active job, and on start reconciles the store with
 what is alive on Ray.
 
+Several replicas may serve one database: each takes requests (the API's
+writes are plain store writes), and only the one holding the leader lease
+(`service.leadership`) runs the loop, the runners and reconcile, writing
+through `leader_store`, which refuses its writes once another replica leads.
+A follower tries for the lease every `lease_s / 3`; on gaining it, it
+reconciles (reattaching to the old leader's live groups) and leads; on
+losing it, it detaches its runners at once and leaves the groups be.
+
 No job is lost or run twice: a job's worker group is named by (job,
 attempt) and detached, so after a control-plane restart the supervisor
 either reattaches to the live group of the job's current attempt or removes
@@ -16,10 +24,10 @@ import logging
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from checkpoints import CheckpointStore, CheckpointTarget
 from service.intake.checks import check_fits, check_memory, intake
+from service.leadership import Leadership
 from service.observability import metrics as service_metrics
 from service.observability.fair_share_view import TenantShare, tenant_shares
 from service.observability.goodput import Goodput, job_goodput
@@ -30,7 +38,7 @@ from service.observability.usage import TenantUsage, phase_rows, usage_by_tenant
 from service.run.exports import ExportService
 from service.run.launch import group_name, launch_group
 from service.run.lifecycle import GroupOutcome
-from service.run.ray_cluster import cluster_capacity, live_node_count, run_export
+from service.run.ray_cluster import cluster_capacity, group_workers, live_node_count, run_export
 from service.run.runner import ControlPlane, JobRunner
 from service.run.scheduling_pass import Admission
 from service.run.start_forecast import StartForecasts
@@ -39,6 +47,7 @@ from service.settings import Settings
 from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobNotFound, JobRecord, JobStore, JobUnfinished, UnexpectedState
+from service.store.engine import normalize_url
 from service.store.models import utcnow
 from service.store.tenants import ADMIN_TENANT
 from service.sweeps.service import SweepService
@@ -61,19 +70,28 @@ class Supervisor:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_stop = on_stop  # e.g. stop the local Ray head
+        self.replica = settings.resolved_replica_name
+        store.replica = self.replica  # named in each event and audit row this process writes
+        self.leadership = Leadership(store.leases, self.replica, settings.lease_s,
+                                     on_gained=lambda _token: self._wake.set(), on_lost=self._deposed)
+        # What the loop, the runners and reconcile write through: refused once another replica leads.
+        self.leader_store = store.fenced(self.leadership)
+        self._term: int | None = None  # the lease token the loop leads under (None: following)
+        self._pool_started = False
         self.admission = Admission(settings, store, checkpoints_of=self._checkpoint_store)
         self.forecasts = StartForecasts(self.admission, store)  # queued jobs' expected starts
         # What every job runner is handed of the control plane.
         self._control = ControlPlane(
-            restart_size=self.admission.restart_size, latest_checkpoint=self.latest_checkpoint,
-            grace_s=self.admission.grace_s, live_nodes=live_node_count, done=self.runner_done,
-            tracking=self.tracking_for,
+            restart_size=lambda job, nodes: self.admission.restart_size(job, nodes),
+            latest_checkpoint=self.latest_checkpoint,
+            grace_s=lambda job: self.admission.grace_s(job), live_nodes=live_node_count,
+            done=self.runner_done, tracking=self.tracking_for,
+            confirm_leading=self.leader_store.check_fence,
         )
         self._restart_policy = RestartPolicy(base_backoff_s=settings.restart_backoff_s)
-        # Warm rank processes for the jobs' next ranks (workers/cluster/pool.py), named after the data
-        # dir: a successor on the same store clears what this one leaves idle.
-        self.rank_pool = RankPool(settings.rank_pool_size, name_prefix=pool_prefix(settings.data_dir),
-                                  fork_server=settings.fork_server)
+        # Warm rank processes for the jobs' next ranks (workers/cluster/pool.py), named after the
+        # database: a successor (the next leader) on the same store clears what this one leaves idle.
+        self.rank_pool = self._new_rank_pool()
         self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
         # Sweeps: their trials are this supervisor's jobs; the loop runs their controller's pass.
         self.sweeps = SweepService(store, self, check=self.check_spec, wake=self._wake.set)
@@ -215,11 +233,15 @@ class Supervisor:
         return job_goodput(job, self.store.events(job_id), self.store.metrics(job_id), utcnow())
 
     def workers(self, tenant: str, job_id: str) -> list[dict]:
-        self._job(tenant, job_id)
+        job = self._job(tenant, job_id)
         runner = self._runners.get(job_id)
         group = runner.group if runner else None
         if group is None:
-            return []
+            if self.leadership.is_leader or job.state not in ACTIVE or not job.workers:
+                return []
+            # A follower runs no runners: it asks the group's ranks where they are.
+            return group_workers(group_name(job.id, job.attempt), job.workers,
+                                 pool_prefix=self.rank_pool.name_prefix)
         return [
             {"rank": rank, "node": info["node_ip"], "pid": info["pid"], "state": "running"}
             for rank, info in enumerate(group.node_infos)
@@ -247,8 +269,22 @@ class Supervisor:
         }
 
     def waiting_reason(self, job_id: str) -> str | None:
-        """Why a queued job did not start at the latest scheduling pass."""
+        """Why a queued job did not start at the latest scheduling pass (this
+        replica's: a follower's last pass was as a leader, if ever)."""
+        if not self.leadership.is_leader:
+            return None
         return self.admission.waiting.get(job_id)
+
+    def role(self) -> dict:
+        """This replica's part: {"role": "leader" | "follower", "leader": the
+        lease's holder (None: no one now), "replica": this one's name}."""
+        leading = self.leadership.is_leader
+        try:
+            holder = self.leadership.holder()
+        except Exception:  # the database is out of reach: what this replica knows
+            holder = self.replica if leading else None
+        return {"role": "leader" if leading else "follower", "leader": holder,
+                "replica": self.replica}
 
     def expected_start(self, job_id: str, *, made: bool = False) -> tuple[datetime | None, str | None]:
         """(when the queued job is expected to start, why none is given);
@@ -306,26 +342,23 @@ class Supervisor:
     # -- the loop ---------------------------------------------------------------
 
     def start(self) -> None:
-        self.reconcile()
-        if self.rank_pool.active:
-            self.rank_pool.start()
+        """Serve, and lead when this replica holds the lease: a lone replica
+        takes it at once and its loop reconciles before its first pass."""
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._thread.start()
+        self.leadership.start()
 
     def stop(self) -> None:
         """Stop admitting and watching; running groups are left to a successor
         (or to the Ray head's own stop)."""
         self._stopping.set()
         self._wake.set()
-        with self._lock:
-            runners = list(self._runners.values())
-        for runner in runners:
-            runner.detach.set()
-        for runner in runners:
-            runner.join(timeout=10)
+        self._detach_runners(wait_s=10)
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.rank_pool.shutdown()  # the idle ones: those in groups are the groups'
+        self.leadership.stop()  # the lease given up: another replica leads at once
+        if self._pool_started:
+            self.rank_pool.shutdown()  # the idle ones: those in groups are the groups'
         if self._on_stop is not None:
             self._on_stop()
 
@@ -333,7 +366,7 @@ class Supervisor:
         with self._lock:
             self._runners.pop(job_id, None)
         self._wake.set()
-        if not self._stopping.is_set():
+        if not self._stopping.is_set() and self.leadership.is_leader:
             try:
                 job = self.store.get_job(job_id)
                 if job is not None:
@@ -344,6 +377,10 @@ class Supervisor:
     def _loop(self) -> None:
         next_sweep = 0.0
         while not self._stopping.is_set():
+            if not self._leading():  # a follower: waits for the lease
+                self._wake.wait(self.settings.poll_interval_s)
+                self._wake.clear()
+                continue
             try:  # sweeps first: the trials it submits are admitted in the same iteration
                 self.sweeps.run_pass()
             except Exception:
@@ -365,6 +402,75 @@ class Supervisor:
             self._wake.wait(self.settings.poll_interval_s)
             self._wake.clear()
 
+    def _leading(self) -> bool:
+        """Whether this replica leads now; at the start of a term, reconcile
+        first (a term that cannot is given up: another replica may do
+        better); at its end, let go of what the term held."""
+        token = self.leadership.token
+        if token is not None and token != self._term:
+            self._end_term()  # an earlier term's runners, if any are still ending
+            try:
+                self._begin_term(token)
+            except Exception:
+                logger.exception("replica %s could not begin leading", self.replica)
+                self.leadership.step_down("reconcile failed")
+                self._end_term()
+                return False
+        elif token is None and self._term is not None:
+            self._end_term()
+        if token is None:
+            self._follow()
+        return token is not None
+
+    def _begin_term(self, token: int) -> None:
+        self.admission = Admission(self.settings, self.leader_store,
+                                   checkpoints_of=self._checkpoint_store)  # history from the events
+        self.forecasts = StartForecasts(self.admission, self.store)
+        self._term = token
+        self.reconcile()
+        if self.rank_pool.active:
+            self.rank_pool = self._new_rank_pool()
+            self.rank_pool.start()
+            self._pool_started = True
+
+    def _end_term(self) -> None:
+        self._term = None
+        self._detach_runners(wait_s=30)
+        if self._pool_started:
+            self._pool_started = False
+            self.rank_pool.shutdown()  # its idle processes: the next leader fills its own
+
+    def _follow(self) -> None:
+        """A follower's part of the loop: queued jobs' expected starts, for its reads."""
+        try:
+            self.forecasts.all()
+        except Exception:
+            logger.exception("the start forecast failed")
+
+    def _deposed(self, reason: str) -> None:
+        """The lease is lost (from any thread): stop acting at once. The
+        runners detach (their groups train on, for the next leader to
+        reattach to); the loop lets go of the rest."""
+        with self._lock:
+            runners = list(self._runners.values())
+        for runner in runners:
+            runner.detach.set()
+        self._wake.set()
+
+    def _detach_runners(self, wait_s: float) -> None:
+        with self._lock:
+            runners = list(self._runners.values())
+        for runner in runners:
+            runner.detach.set()
+        for runner in runners:
+            if runner is not threading.current_thread():
+                runner.join(timeout=wait_s)
+
+    def _new_rank_pool(self) -> RankPool:
+        return RankPool(self.settings.rank_pool_size,
+                        name_prefix=pool_prefix(self.settings.resolved_database_url),
+                        fork_server=self.settings.fork_server)
+
     def _admit(self) -> None:
         """One scheduling pass (see `service.run.scheduling_pass`): launch what it starts."""
         with service_metrics.SCHEDULING_PASS.time():
@@ -375,7 +481,7 @@ class Supervisor:
     def _runner(self, job_id: str, attached: WorkerGroup | None = None) -> JobRunner:
         """A runner for the job, handed what it needs of the control plane."""
         return JobRunner(
-            job_id, store=self.store, control=self._control, attached=attached,
+            job_id, store=self.leader_store, control=self._control, attached=attached,
             launch=self._launch, policy=self._restart_policy,
             poll_interval_s=self.settings.poll_interval_s,
         )
@@ -410,7 +516,7 @@ class Supervisor:
                                 extra=job_fields(job))
                     group = None
             if group is not None:
-                self.store.note(job.id, f"reconciled after a control-plane restart: "
+                self.leader_store.note(job.id, f"reconciled after a control-plane restart: "
                                         f"reattached to worker group {name}")
                 self._spawn(self._runner(job.id, attached=group))
                 continue
@@ -422,24 +528,24 @@ class Supervisor:
     def _restart_after_loss(self, job: JobRecord, name: str) -> None:
         why = f"reconciled after a control-plane restart: worker group {name} is gone"
         if job.state is S.CANCELLING:
-            self.store.transition(job.id, S.CANCELLED, reason=why)
+            self.leader_store.transition(job.id, S.CANCELLED, reason=why)
             return
         if job.state is S.PRUNING:  # its last committed checkpoint stays
-            self.store.transition(job.id, S.PRUNED, reason=why)
+            self.leader_store.transition(job.id, S.PRUNED, reason=why)
             service_metrics.count_transition(job.tenant, S.PRUNED)
             return
         if job.state is S.SUSPENDING:
-            self.store.transition(job.id, S.SUSPENDED, reason=why, workers=None)
+            self.leader_store.transition(job.id, S.SUSPENDED, reason=why, workers=None)
             return
         if job.state is S.PREEMPTING:
-            self.store.transition(job.id, S.QUEUED, reason=why)
+            self.leader_store.transition(job.id, S.QUEUED, reason=why)
             return
         if job.state is not S.RESTARTING:
-            self.store.transition(job.id, S.RESTARTING,
+            self.leader_store.transition(job.id, S.RESTARTING,
                                   reason=f"{why}; restarting from the latest checkpoint")
             service_metrics.count_transition(job.tenant, S.RESTARTING)
         else:
-            self.store.note(job.id, why)
+            self.leader_store.note(job.id, why)
         self._spawn(self._runner(job.id))
 
     # -- helpers ------------------------------------------------------------------
@@ -452,9 +558,12 @@ class Supervisor:
         return job
 
 
-def pool_prefix(data_dir: str) -> str:
-    """The names of a control plane's pooled rank processes: one prefix per data dir."""
-    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:10]
+def pool_prefix(database_url: str) -> str:
+    """The names of a control plane's pooled rank processes: one prefix per
+    database, the same for every replica on it (the next leader clears what
+    the last one left idle)."""
+    url = normalize_url(database_url).render_as_string(hide_password=True)
+    digest = hashlib.sha256(url.encode()).hexdigest()[:10]
     return f"brigade-pool-{digest}"
 
 

@@ -7,7 +7,7 @@ from prometheus_client import generate_latest
 
 from api.deps import StoreDep
 from api.errors import ApiError
-from api.schemas import ErrorPublic, HealthPublic
+from api.schemas import ErrorPublic, HealthPublic, ReadyPublic
 from service.observability.readiness import readiness_problems
 
 # The text format every Prometheus understands (what generate_latest writes).
@@ -22,12 +22,14 @@ def healthz() -> HealthPublic:
 
 
 @router.get("/readyz", responses={503: {"model": ErrorPublic, "description": "not ready, and why"}})
-def readyz(store: StoreDep) -> HealthPublic:
-    """Ready to serve: the job store and Ray both answer (503 naming what does not)."""
+def readyz(request: Request, store: StoreDep) -> ReadyPublic:
+    """Ready to serve: the job store and Ray both answer (503 naming what does
+    not). Followers are ready too (they serve the whole API); `role` says
+    whether this replica leads, `leader` which one does."""
     problems = readiness_problems(store)
     if problems:
         raise ApiError(503, "not ready: " + "; ".join(problems))
-    return HealthPublic(status="ready")
+    return ReadyPublic(status="ready", **request.app.state.supervisor.role())
 
 
 @router.get("/metrics", response_class=Response,

@@ -16,6 +16,7 @@ Read from the store and Ray at each scrape (`ServiceCollector`):
     brigade_cluster_capacity{resource}           the live nodes' cpus and gpus
     brigade_cluster_usage{resource}              what active jobs hold
     brigade_queue_length                         jobs waiting for capacity
+    brigade_leader                               1 while this replica leads (`LeaderCollector`)
 
 Brought up to date at each scrape from the jobs' phases (`phase_counters`):
 
@@ -119,10 +120,23 @@ class ServiceCollector(Collector):
         ]
 
 
+class LeaderCollector(Collector):
+    """1 while this replica holds the leader lease, 0 while it follows."""
+
+    def __init__(self, supervisor):
+        self.supervisor = supervisor
+
+    def collect(self):
+        leader = GaugeMetricFamily("brigade_leader",
+                                   "1 while this replica leads the control plane, else 0.")
+        leader.add_metric([], 1 if self.supervisor.leadership.is_leader else 0)
+        return [leader]
+
+
 def registry_for(supervisor, *more) -> CollectorRegistry:
     """A registry of the process's metrics, this supervisor's and `more`."""
     registry = CollectorRegistry(auto_describe=True)
-    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor),
+    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor), LeaderCollector(supervisor),
                       PhaseSecondsCollector(supervisor.store), *more):
         registry.register(collector)
     return registry

@@ -26,6 +26,7 @@ import ray
 
 from workers.cluster.errors import CapacityError
 from workers.cluster.placement import bundle_of, check_capacity
+from workers.cluster.pool import find_assigned
 from workers.engine.distributed import LOOPBACK, free_port
 
 logger = logging.getLogger(__name__)
@@ -286,3 +287,31 @@ def run_export(request: dict, timeout_s: float) -> dict:
     except ray.exceptions.GetTimeoutError:
         ray.cancel(ref, force=True)
         raise TimeoutError(f"the export did not finish in {timeout_s:g} s") from None
+
+
+def group_workers(group: str, num_workers: int, *, pool_prefix: str,
+                  timeout_s: float = 5.0) -> list[dict]:
+    """Where the ranks of a live worker group run, asked of the ranks by name
+    (as a reattaching leader finds them), changing nothing: what a follower
+    replica, which runs no runner, shows of a job's workers. Each rank that
+    answers: {"rank", "node", "pid", "state": "running"}."""
+    actors: dict[int, object] = {}
+    for rank in range(num_workers):
+        try:
+            actors[rank] = ray.get_actor(f"{group}-rank-{rank}")
+        except ValueError:
+            continue
+    if len(actors) < num_workers:  # ranks taken from the pool keep the pool's names
+        try:
+            for rank, actor in find_assigned(pool_prefix, group, num_workers).items():
+                actors.setdefault(rank, actor)
+        except Exception as e:
+            logger.info("group %s: the pool's ranks not listed: %s", group, e)
+    shown = []
+    for rank, actor in sorted(actors.items()):
+        try:
+            info = ray.get([actor.node_info.remote()], timeout=timeout_s)[0]  # type: ignore[attr-defined]
+        except Exception:
+            continue
+        shown.append({"rank": rank, "node": info["node_ip"], "pid": info["pid"], "state": "running"})
+    return shown

@@ -30,7 +30,7 @@ from service.run.recovery import RECOVERY_FIELDS, Interruption
 from service.scheduling.restart import Failure, RestartPolicy
 from service.states import IllegalTransition
 from service.states import JobState as S
-from service.store.errors import JobNotFound, UnexpectedState
+from service.store.errors import Deposed, JobNotFound, UnexpectedState
 from workers.cluster.errors import WorkerGroupError
 
 if TYPE_CHECKING:
@@ -73,6 +73,9 @@ class ControlPlane:
     done: Callable[[str], None]  # the runner of this job id has ended
     # the experiment trackers the job's metrics also go to (service.observability.tracking); None: none
     tracking: Callable[[JobRecord], JobTracking | None] | None = None
+    # raises (`Deposed`) unless this replica still leads: asked before the runner stops or
+    # kills a group (a deposed leader's runner leaves it to the next leader); None: never
+    confirm_leading: Callable[[], None] | None = None
 
 
 class JobRunner(threading.Thread):
@@ -123,16 +126,37 @@ class JobRunner(threading.Thread):
                 if self._tracking is not None:  # the attempt's last rows out before its end is recorded
                     self._tracking.flush(force=True)
                 self._nodes = {info["node_id"] for info in group.node_infos}
+                self._confirm_leading()
                 group.shutdown()
                 group = self.group = None
+        except Deposed as e:  # another replica leads: it reattaches to the group
+            logger.warning("runner of job %s stops: %s", self.job_id, e)
+            self.detach.set()
         except Exception as e:  # a bug of ours: fail the job loudly, never leave it hanging
             logger.exception("runner of job %s failed", self.job_id)
             error = f"control plane error: {type(e).__name__}: {e}"
-            self._settle(GroupOutcome(Outcome.CONTROL_PLANE_ERROR, error))
+            try:
+                self._settle(GroupOutcome(Outcome.CONTROL_PLANE_ERROR, error))
+            except Deposed:
+                self.detach.set()
         finally:
-            if self.group is not None and not self.detach.is_set():
+            if self.group is not None and not self.detach.is_set() and self._still_leading():
                 self.group.shutdown()
             self.control.done(self.job_id)
+
+    def _confirm_leading(self) -> None:
+        """`Deposed` unless this replica still leads (before acting on a group)."""
+        if self.control.confirm_leading is not None:
+            self.control.confirm_leading()
+
+    def _still_leading(self) -> bool:
+        """Whether this replica is known to lead still (an error asking: not known)."""
+        try:
+            self._confirm_leading()
+        except Exception as e:
+            logger.warning("runner of job %s leaves its group be: %s", self.job_id, e)
+            return False
+        return True
 
     def _start(self) -> Group | GroupOutcome:
         """Launch the job's next attempt: its group, running, or how it did not start."""
@@ -194,6 +218,7 @@ class JobRunner(threading.Thread):
                 return GroupOutcome(Outcome.PRUNED)
             if state in (S.SUSPENDING, S.PREEMPTING):
                 if stop_sent is None:
+                    self._confirm_leading()
                     group.request_stop()
                     stop_sent = time.monotonic()
                 elif time.monotonic() - stop_sent > grace:

@@ -126,6 +126,13 @@ class JobStore:
         view._fence = fence
         return view
 
+    def check_fence(self) -> None:
+        """A write transaction that writes nothing: `Deposed` where this fenced
+        view's writer leads no more (on a plain store, nothing to check)."""
+        if self._fence is not None:
+            with self._write():
+                pass
+
     @property
     def dialect(self) -> str:
         return self._reader.dialect.name

@@ -12,9 +12,23 @@ from service.observability.readiness import _within
 from service.store import JobStore
 
 
-def test_ready_while_the_store_and_ray_answer(http):
+def test_ready_while_the_store_and_ray_answer(http, supervisor):
     response = http.get("/readyz", headers={"Authorization": ""})  # no key needed
-    assert response.status_code == 200 and response.json() == {"status": "ready"}
+    # The module's supervisor is never started: it follows, and no replica leads.
+    assert response.status_code == 200 and response.json() == {
+        "status": "ready", "role": "follower", "leader": None, "replica": supervisor.replica}
+    assert "brigade_leader 0.0" in http.get("/metrics").text
+
+
+def test_readyz_names_the_leader(http, supervisor):
+    assert supervisor.leadership.acquire()
+    try:
+        ready = http.get("/readyz").json()
+        assert ready["role"] == "leader" and ready["leader"] == ready["replica"] == supervisor.replica
+        assert "brigade_leader 1.0" in http.get("/metrics").text
+    finally:
+        supervisor.leadership.stop()
+    assert http.get("/readyz").json()["leader"] is None  # given up: no one leads
 
 
 def test_not_ready_while_the_store_cannot_be_reached(http, supervisor, monkeypatch, tmp_path):

@@ -33,6 +33,7 @@ def test_a_group_that_never_began_training_is_cleared_and_the_job_restarts(tmp_p
     store.transition(job.id, S.STARTING, expect=S.QUEUED, workers=1, attempt=1, reason="admitted")
     name = group_name(job.id, 1)
     WorkerGroup(1, cpus_per_worker=1, name_prefix=name, detached=True).start()  # no start_training
+    assert supervisor.leadership.acquire()  # reconcile writes as the leader
     try:
         supervisor.reconcile()
         after = store.get_job(job.id)
