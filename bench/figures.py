@@ -21,6 +21,7 @@ TITLES = {
     "api": "API: requests/s vs a bare FastAPI peer, latency at 100 clients",
     "scheduler": "Scheduler: one admission pass over 10,000 queued jobs",
     "forecast": "When a queued job will start",
+    "sweeps": "Sweeps: a trial's end to the next one's first step, ASHA against no pruner",
     "ui": "Dashboard: the jobs page over 10,000 jobs, a job of 100,000 steps",
     "data": "Data: token shards' wait per step, a rank's memory, preparation on Ray",
     "mixture": "Data mixtures: each member's share, a step's cost, a resume",

@@ -1,0 +1,257 @@
+"""Sweeps: a trial's end to the next trial's first step; what ASHA saves.
+
+    .venv/bin/python -m bench.sweeps [--quick]
+
+One `brigade serve` of 4 CPUs. (a) A sweep of 6 tiny trials, one at a time
+(`max_concurrent: 1`, a grid over `train.lr`): for each trial after the first,
+the time from the previous trial's final event (SUCCEEDED) to the end of its
+own first step (its first metrics row's `wall_time`), split at the next job's
+creation and its STARTING: the sweep's pass (the end seen, Optuna told and
+asked, the submit), the scheduler's admission, and the rank's start with one step.
+(b) The same space and seed (random sampler over a log-uniform learning rate,
+high enough at the top to diverge) twice, each as its own tenant: without a
+pruner and with ASHA. Each run's worker-seconds (`GET /v1/usage`, the
+tenant's), the best objective each found, and each trial's steps and held seconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from bench.figures import TITLES
+from bench.report import Figure, Goal, cli, save_plot
+from bench.server import BrigadeServer, parse_time, wait_for
+
+MODEL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "seq_len": 32}
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def base(steps: int, workers: int = 1) -> dict:
+    return {"workers": workers, "resources_per_worker": {"cpu": 1}, "model": MODEL,
+            "data": {"source": "builtin"},
+            "train": {"steps": steps, "global_batch_size": 4, "warmup_steps": 2},
+            "checkpoint": {"every_steps": steps, "keep_last": 1}}
+
+
+def handover_sweep(trials: int, steps: int) -> dict:
+    lrs = [round(1e-3 * (k + 1), 4) for k in range(trials)]
+    return {"name": "handover", "base": base(steps), "space": {"train.lr": {"grid": lrs}},
+            "sampler": "grid", "objective": {"metric": "loss", "mode": "min"},
+            "max_trials": trials, "max_concurrent": 1}
+
+
+def search_sweep(name: str, pruner: str, trials: int, steps: int) -> dict:
+    spec = {"name": name, "base": base(steps),
+            "space": {"train.lr": {"loguniform": [1e-4, 3.0]}},
+            "sampler": "random", "seed": 0, "objective": {"metric": "loss", "mode": "min"},
+            "max_trials": trials, "max_concurrent": 2, "pruner": pruner}
+    if pruner == "asha":
+        spec["pruner_options"] = {"min_steps": max(2, steps // 8), "reduction_factor": 3}
+    return spec
+
+
+def add_args(parser) -> None:
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="each sweep")
+
+
+def run(args) -> Figure:
+    handover_trials, handover_steps = (3, 3) if args.quick else (6, 5)
+    search_trials, search_steps = (4, 16) if args.quick else (8, 120)
+    with BrigadeServer() as server:
+        gaps, handover = handover_gaps(server, handover_sweep(handover_trials, handover_steps),
+                                       args.timeout_s)
+        searches = {pruner: search(server, pruner, search_trials, search_steps, args.timeout_s)
+                    for pruner in ("none", "asha")}
+    median = statistics.median(g["total"] for g in gaps)
+    none, asha = searches["none"], searches["asha"]
+    seconds_ratio = asha["worker_seconds"] / none["worker_seconds"]
+    lines = [
+        "`brigade serve` on 127.0.0.1 with its own local Ray head (4 logical CPUs on these 2 "
+        "cores), `BRIGADE_POLL_INTERVAL_S=0.2`. GPT "
+        + ", ".join(f"{k} {v}" for k, v in MODEL.items())
+        + ", 1 worker x 1 cpu, global batch 4.",
+        "",
+        f"**A trial's end to the next trial's first step.** A grid of {handover_trials} trials "
+        f"over `train.lr`, {handover_steps} steps each, `max_concurrent: 1`: from a trial's "
+        "SUCCEEDED event to the end of the next trial's first step (its first metrics row's "
+        "`wall_time`). That is the sweep's pass seeing the end and asking Optuna for the next "
+        "point, the submit, the scheduler's admission, the rank's start (forked) and one step.",
+        "",
+        "| hand-over | the pass: end -> next job (s) | admission: -> STARTING (s) "
+        "| start: -> first step's end (s) | in all (s) |",
+        "|---:|---:|---:|---:|---:|",
+        *[f"| {k + 1} | {g['pass']:.2f} | {g['admit']:.2f} | {g['start']:.2f} | {g['total']:.2f} |"
+          for k, g in enumerate(gaps)],
+        "",
+        f"**Median {median:.2f} s** over {len(gaps)} hand-overs (sweep {handover}); of it the "
+        f"sweep's own pass {statistics.median(g['pass'] for g in gaps):.2f} s median, the "
+        f"scheduler's admission {statistics.median(g['admit'] for g in gaps):.2f} s and the "
+        f"rank's start with the first step {statistics.median(g['start'] for g in gaps):.2f} s. "
+        "The load average above counts other work sharing these 2 cores: the start-up, a "
+        "process's, is what it slows most.",
+        "",
+        f"**ASHA against no pruner.** The same sweep twice, each as its own tenant: "
+        f"`train.lr` log-uniform over [1e-4, 3], random sampler, seed 0 (so the same "
+        f"{search_trials} points in the same order), {search_steps} steps a trial, "
+        "`max_concurrent: 2`, objective the newest `loss` (min); ASHA with "
+        f"`min_steps: {max(2, search_steps // 8)}, reduction_factor: 3`. Worker-seconds are the "
+        "tenant's (`GET /v1/usage`: each job's time holding its workers).",
+        "",
+        "| pruner | trials succeeded | pruned | worker-seconds | best loss | best lr |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[f"| {p} | {r['succeeded']} | {r['pruned']} | {r['worker_seconds']:.1f} "
+          f"| {r['best']:.4f} | {r['best_lr']:.3g} |" for p, r in searches.items()],
+        "",
+        "Each trial (the same point in both runs):",
+        "",
+        "| trial | lr | none: steps | none: held (s) | none: loss | asha: state | asha: pruned at "
+        "| asha: steps | asha: held (s) | asha: loss |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        *[f"| {n['number']} | {n['lr']:.3g} | {n['step']} | {n['held_s']:.1f} "
+          f"| {_loss(n['objective'])} | {a['state']} | {a['pruned_step'] or '-'} | {a['step']} "
+          f"| {a['held_s']:.1f} | {_loss(a['objective'])} |"
+          for n, a in zip(none["trials"], asha["trials"], strict=False)],
+        "",
+        f"A pruned trial went from PRUNING to PRUNED in {_lags(asha)} (the runner's stop of "
+        "its group). `pruned at` is the step whose row the pruner judged, `steps` where the job "
+        "stopped: the steps between are the rows' way to the store (each runner poll) and the "
+        "sweep's pass that reads them, while the rank trains on. Held is the job's goodput "
+        "phases but `queued`.",
+        "",
+        f"**ASHA used {seconds_ratio:.2f}x the worker-seconds of no pruner**, and found a best "
+        f"loss {asha['best']:.4f} against {none['best']:.4f} "
+        f"({asha['best'] / none['best']:.2f}x). " + _best_kept(none, asha),
+    ]
+    png = plot(gaps, searches, args.png_dir / "sweeps.png")
+    lines += ["", f"![hand-over gaps; worker-seconds and best loss with and without ASHA]({png})"]
+    return Figure(
+        name="sweeps", title=TITLES["sweeps"],
+        command=".venv/bin/python -m bench.sweeps",
+        body="\n".join(lines) + "\n",
+        headline=(f"hand-over median {median:.2f} s; ASHA {seconds_ratio:.2f}x the worker-seconds, "
+                  f"best loss {asha['best']:.3f} vs {none['best']:.3f}"),
+        goals=[Goal("ASHA uses fewer worker-seconds than no pruner", f"{seconds_ratio:.2f}x",
+                    seconds_ratio < 1.0)],
+        pngs=[png],
+    )
+
+
+def run_sweep(server: BrigadeServer, spec: dict, timeout_s: float, key: str | None = None) -> dict:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    r = server.http.post("/v1/sweeps", json=spec, headers=headers)
+    if r.status_code >= 400:
+        raise RuntimeError(f"POST /v1/sweeps: {r.status_code} {r.text}")
+    sweep_id = r.json()["id"]
+
+    def final():
+        view = server.get(f"/v1/sweeps/{sweep_id}")
+        return view if view["state"] in FINAL else None
+
+    view = wait_for(f"sweep {sweep_id}", final, timeout_s, poll_s=0.5)
+    if view["state"] != "SUCCEEDED":
+        raise RuntimeError(f"sweep {sweep_id} {view['state']}: {view['error']}")
+    return view
+
+
+def handover_gaps(server: BrigadeServer, spec: dict, timeout_s: float) -> tuple[list[dict], str]:
+    """Each hand-over's seconds: from the trial's end to the next job's creation
+    (the sweep's pass: the end seen, Optuna told and asked, the submit), to its
+    STARTING (the scheduler's admission) and to the end of its first step (the
+    rank's start, the model's build, one step)."""
+    view = run_sweep(server, spec, timeout_s)
+    jobs = [t["job"] for t in sorted(view["trials"], key=lambda t: t["number"])]
+    gaps = []
+    for before, after in zip(jobs, jobs[1:], strict=False):
+        ended = parse_time(next(e for e in server.get(f"/v1/jobs/{before}/events")
+                                if e["to_state"] == "SUCCEEDED")["time"])
+        created = parse_time(server.get(f"/v1/jobs/{after}")["created_at"])
+        starting = parse_time(next(e for e in server.get(f"/v1/jobs/{after}/events")
+                                   if e["to_state"] == "STARTING")["time"])
+        first_step = server.get(f"/v1/jobs/{after}/metrics", limit=1)[0]["wall_time"]
+        gaps.append({"pass": created - ended, "admit": starting - created,
+                     "start": first_step - starting, "total": first_step - ended})
+    return gaps, view["id"]
+
+
+def search(server: BrigadeServer, pruner: str, trials: int, steps: int, timeout_s: float) -> dict:
+    tenant = f"sweep-{pruner}"
+    key = server.post("/v1/tenants", {"name": tenant})["api_key"]
+    started = time.time()
+    view = run_sweep(server, search_sweep(f"lr-{pruner}", pruner, trials, steps), timeout_s, key)
+    window = time.time() - started + 60
+    usage = server.get("/v1/usage", window_s=window, tenant=tenant)["tenants"]
+    worker_seconds = sum(u["worker_seconds"] for u in usage if u["tenant"] == tenant)
+    counts, best = view["counts"], view["best"]
+    return {"id": view["id"], "worker_seconds": worker_seconds, "best": best["objective"],
+            "best_lr": best["params"]["train.lr"], "succeeded": counts["SUCCEEDED"],
+            "pruned": counts["PRUNED"], "trials": [trial_row(server, t) for t in view["trials"]]}
+
+
+def trial_row(server: BrigadeServer, trial: dict) -> dict:
+    """A trial's point, end, steps, the seconds its job held its worker (its
+    goodput phases but queued) and, pruned, the seconds from the prune to PRUNED."""
+    job = trial["job"]
+    phases = server.get(f"/v1/jobs/{job}/goodput")["phases"]
+    held = sum(v for phase, v in phases.items() if phase not in ("queued", "suspended"))
+    lag = None
+    if trial["state"] == "PRUNED":
+        events = server.get(f"/v1/jobs/{job}/events")
+        asked = next(e for e in events if e["to_state"] == "PRUNING")
+        done = next(e for e in events if e["to_state"] == "PRUNED")
+        lag = parse_time(done["time"]) - parse_time(asked["time"])
+    return {"number": trial["number"], "lr": trial["params"]["train.lr"], "state": trial["state"],
+            "step": trial["step"], "objective": trial["objective"], "held_s": held, "lag_s": lag,
+            "pruned_step": trial["pruned_step"]}
+
+
+def _best_kept(none: dict, asha: dict) -> str:
+    """Whether ASHA kept the point that is best without a pruner, and why it may not."""
+    best = min((t for t in none["trials"] if t["objective"] is not None),
+               key=lambda t: t["objective"])
+    same = next(t for t in asha["trials"] if t["number"] == best["number"])
+    if same["state"] != "PRUNED":
+        return f"ASHA kept trial {best['number']}, the best without a pruner."
+    return (f"ASHA stopped trial {best['number']}, the best without a pruner, at step "
+            f"{same['pruned_step']}: the objective is the newest per-step `loss`, one batch's, "
+            "whose noise can rank a trial below others at a rung; an `eval_loss` objective "
+            "(a fixed set of samples, `eval`) judges every trial on the same data.")
+
+
+def _loss(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _lags(run: dict) -> str:
+    lags = [t["lag_s"] for t in run["trials"] if t["lag_s"] is not None]
+    if not lags:
+        return "- (none was pruned)"
+    return f"{statistics.median(lags):.2f} s median ({min(lags):.2f} to {max(lags):.2f} s)"
+
+
+def plot(gaps: list[dict], searches: dict[str, dict], path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(10, 3.4))
+    labels, bottom = [str(k + 1) for k in range(len(gaps))], [0.0] * len(gaps)
+    for part, colour in (("pass", "#4c78a8"), ("admit", "#f58518"), ("start", "#72b7b2")):
+        values = [g[part] for g in gaps]
+        left.bar(labels, values, bottom=bottom, color=colour, label=part)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    left.axhline(statistics.median(g["total"] for g in gaps), color="#e45756", linestyle="--",
+                 label="median")
+    left.set(title="trial end -> next first step", xlabel="hand-over", ylabel="seconds")
+    left.legend(fontsize=7)
+    names = list(searches)
+    middle.bar(names, [searches[n]["worker_seconds"] for n in names], color=["#9d9d9d", "#54a24b"])
+    middle.set(title="worker-seconds", xlabel="pruner")
+    right.bar(names, [searches[n]["best"] for n in names], color=["#9d9d9d", "#54a24b"])
+    right.set(title="best loss found", xlabel="pruner")
+    return save_plot(fig, path)
+
+
+if __name__ == "__main__":
+    cli("sweeps", __doc__, add_args, run)
