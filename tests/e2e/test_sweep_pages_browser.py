@@ -3,12 +3,16 @@ tests/e2e/browser.py) against the real app on a real SQLite store, whose
 sweep, trial jobs and metrics rows are written through the store's own API
 (the supervisor is never started: nothing runs, so no pass moves them): the
 trials sorted by objective on a click, the pruned trial marked, the best
-trials' curves and the compare view's N curves drawn. Screenshots go to
-docs/ui/ (sweeps.png, sweep.png, compare.png)."""
+trials' curves and the compare view's N curves drawn. Screenshots
+(sweeps.png, sweep.png, compare.png) go to a temporary directory, or to
+docs/ui/ with BRIGADE_UI_SHOTS=1 (how docs/ui's are remade), so that a run
+of the suite leaves the checkout as it was."""
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,7 +36,8 @@ from tests.e2e.test_dashboard_browser import (  # noqa: E402
     wait_for,
 )
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
+DOCS_UI = Path(__file__).resolve().parents[2] / "docs" / "ui"
+SHOTS = DOCS_UI if os.environ.get("BRIGADE_UI_SHOTS") == "1" else Path(tempfile.mkdtemp("-ui-shots"))
 BASE = {"name": "lr-grid", "workers": 1, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
         "data": {"source": "tokens", "uri": "file:///data/corpus"},
         "train": {"steps": 60, "lr": 0.001}, "eval": {"holdout_fraction": 0.1, "every_steps": 10}}
@@ -117,7 +122,7 @@ def browser():
 
 
 def _shot(browser: Browser, name: str) -> None:
-    """The whole page at 1280 px into docs/ui/, the window as it was before."""
+    """The whole page at 1280 px into SHOTS, the window as it was before."""
     browser.screenshot(SHOTS / name)
     browser.resize(1280, 900)
 
