@@ -85,6 +85,7 @@ def test_a_prune_of_no_job_is_not_found(supervisor):
 
 def test_a_pruning_job_whose_group_is_gone_after_a_restart_is_pruned(supervisor):
     job_id = job_in(supervisor, S.PRUNING)  # no workers recorded: no group to look for on Ray
+    assert supervisor.leadership.acquire()  # reconcile writes as the leader
     supervisor.reconcile()
     job = supervisor.store.get_job(job_id)
     assert job.state is S.PRUNED and job.finished_at is not None
