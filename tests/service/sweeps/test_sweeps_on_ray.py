@@ -92,7 +92,8 @@ def test_asha_prunes_a_diverging_trial_which_stops_with_its_checkpoint_kept(tmp_
         reasons = [e.reason for e in store.events(job.id) if e.to_state is S.PRUNING]
         assert reasons and reasons[0].startswith(f"pruned at step {bad.pruned_step}: ")
         kept = [c["step"] for c in supervisor.checkpoints("acme", job.id)]
-        assert kept and job.latest_checkpoint["step"] == kept[-1]
+        # kept, not removed (a save in flight as it stopped may commit one step later still)
+        assert kept and job.latest_checkpoint["step"] in kept
     finally:
         supervisor.stop()
         store.dispose()
