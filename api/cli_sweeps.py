@@ -14,8 +14,7 @@ import yaml
 from api.cli_jobs import Key, Url, _client, _load_spec
 from api.cli_output import Output, OutputFormat, emit, or_dash, plain, print_table, when
 from api.client import BrigadeClient
-from api.sweep_json import SweepPublic, TrialPublic
-from service.store.sweep_records import SweepState
+from api.sweep_json import FINAL_SWEEP_STATES, SweepPublic, TrialPublic
 
 SweepId = Annotated[str, typer.Argument(help="a sweep id (see `brigade sweep list`)")]
 POLL_S = 1.0
@@ -43,7 +42,7 @@ def submit(
     spec = _load_spec(spec_file)
     with _client(url, key) as client:
         found = client.submit_sweep(spec, idempotency_key=idempotency_key)
-        typer.echo(f"submitted sweep {found.name}: {found.state.value}", err=True)
+        typer.echo(f"submitted sweep {found.name}: {found.state}", err=True)
         if output is OutputFormat.table:
             typer.echo(found.id)
         if follow:
@@ -65,14 +64,14 @@ def status(sweep_id: SweepId, output: Output = OutputFormat.table, url: Url = No
         emit(found, output)
         return
     counts = found.counts
-    typer.echo(f"sweep {found.id} ({found.name}, tenant {found.tenant}): {found.state.value}, "
+    typer.echo(f"sweep {found.id} ({found.name}, tenant {found.tenant}): {found.state}, "
                f"{counts.total}/{found.spec.trial_budget} trials ({_counted(counts)})")
     for line in (found.waiting, found.error):
         if line:
             typer.echo(line)
     metric = f"{found.objective.metric} ({found.objective.mode})"
     print_table(("TRIAL", "JOB", "STATE", "STEP", metric.upper(), "PRUNED AT", "PARAMS"),
-                [(t.number, or_dash(t.job), t.state.value, or_dash(t.step), _number(t.objective),
+                [(t.number, or_dash(t.job), t.state, or_dash(t.step), _number(t.objective),
                   or_dash(t.pruned_step), _params(t.params)) for t in found.trials])
     for t in found.trials:
         if t.error:
@@ -91,7 +90,7 @@ def best(sweep_id: SweepId, output: Output = OutputFormat.yaml, url: Url = None,
     with _client(url, key) as client:
         found = client.sweep(sweep_id)
     if found.best is None:
-        typer.echo(f"error: sweep {found.id} ({found.state.value}): no trial has an objective yet",
+        typer.echo(f"error: sweep {found.id} ({found.state}): no trial has an objective yet",
                    err=True)
         raise typer.Exit(1)
     best = found.best
@@ -119,7 +118,7 @@ def list_sweeps(
         page = client.sweeps(state=state, limit=limit, tenant=tenant)
     emit(page, output, lambda: (
         ("ID", "TENANT", "NAME", "STATE", "TRIALS", "OBJECTIVE", "BEST", "CREATED"),
-        [(s.id, s.tenant, s.name, s.state.value, f"{s.counts.total}/{s.spec.trial_budget}",
+        [(s.id, s.tenant, s.name, s.state, f"{s.counts.total}/{s.spec.trial_budget}",
           f"{s.objective.metric} ({s.objective.mode})",
           "-" if s.best is None else _number(s.best.objective), when(s.created_at))
          for s in page.sweeps]))
@@ -132,7 +131,7 @@ def cancel(sweep_id: SweepId, output: Output = OutputFormat.table, url: Url = No
     with _client(url, key) as client:
         found = client.cancel_sweep(sweep_id)
     if output is OutputFormat.table:
-        typer.echo(f"{found.id}: {found.state.value}")
+        typer.echo(f"{found.id}: {found.state}")
     else:
         emit(found, output)
 
@@ -158,15 +157,15 @@ def _follow(client: BrigadeClient, found: SweepPublic) -> SweepPublic:
                 typer.echo(_trial_line(trial, found.objective.metric), err=True)
         if found.state != state:
             state = found.state
-            typer.echo(f"sweep {found.id}: {found.state.value} ({_counted(found.counts)})", err=True)
-        if found.state.is_terminal:
+            typer.echo(f"sweep {found.id}: {found.state} ({_counted(found.counts)})", err=True)
+        if found.state in FINAL_SWEEP_STATES:
             return found
         time.sleep(POLL_S)
         found = client.sweep(found.id)
 
 
 def _trial_line(trial: TrialPublic, metric: str) -> str:
-    parts = [f"trial {trial.number}", or_dash(trial.job), trial.state.value]
+    parts = [f"trial {trial.number}", or_dash(trial.job), trial.state]
     if trial.step is not None:
         parts.append(f"step {trial.step}")
     if trial.objective is not None:
@@ -185,9 +184,9 @@ def _end_with(found: SweepPublic) -> None:
         typer.echo(f"best: trial {best.number}, job {or_dash(best.job)}, "
                    f"{found.objective.metric} {_number(best.objective)}: {_params(best.params)}",
                    err=True)
-    typer.echo(f"sweep {found.id}: {found.state.value}" + (f": {found.error}" if found.error else ""),
+    typer.echo(f"sweep {found.id}: {found.state}" + (f": {found.error}" if found.error else ""),
                err=True)
-    raise typer.Exit(0 if found.state is SweepState.SUCCEEDED else 1)
+    raise typer.Exit(0 if found.state == "SUCCEEDED" else 1)
 
 
 def _counted(counts) -> str:

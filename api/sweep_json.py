@@ -10,10 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from service.store.sweep_records import SweepState, TrialState
 from workers.spec.sweep import SweepSpec
 
 SweepCreate = SweepSpec
+
+# The states' names (service.store.sweep_records' SweepState and TrialState): as
+# strings, so that the client imports no store (SQLAlchemy) with them.
+SweepStateName = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
+TrialStateName = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "PRUNED", "CANCELLED"]
+FINAL_SWEEP_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
 
 class _Public(BaseModel):
@@ -43,7 +48,7 @@ class TrialPublic(_Public):
     name: str
     params: dict[str, Any]  # dotted spec field -> the sampled value
     objective: float | None = None  # the metric's newest value (a pruned trial's: where it stopped)
-    state: TrialState
+    state: TrialStateName
     pruned_step: int | None = None
     error: str | None = None
     step: int | None = None  # its job's step
@@ -62,7 +67,7 @@ class SweepSummary(_Public):
     id: str
     name: str
     tenant: str
-    state: SweepState
+    state: SweepStateName
     error: str | None = None  # a FAILED sweep: why (every trial failed; a dependency did)
     waiting: str | None = None  # a QUEUED sweep: why no trial started (`waiting for j-... (RUNNING)`)
     created_at: datetime
