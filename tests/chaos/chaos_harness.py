@@ -5,7 +5,9 @@ Ray's state for leaked actors and placement groups, and fast waits.
 Every scenario is a real fault on real processes: signals to the rank
 actors' and the server's processes, bytes flipped in a real shard file, the
 checkpoint directory of a job swapped for a plain file on the real disk, a
-real full disk (a small tmpfs mounted where a job's checkpoints go).
+real full disk (a small tmpfs mounted where a job's checkpoints go), the
+leading replica of several SIGKILLed (`kill_leader`, on replicas of
+tests/e2e/replica_harness.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 from tests.ci import skip_or_fail
+from tests.e2e.replica_harness import FAILOVER_S, Replica, Replicas
 from tests.e2e.serve_harness import Server
 
 INTERVAL = 10  # checkpoint.every_steps of every scenario
@@ -175,11 +178,16 @@ class RayProbe:
     through Ray's public state API (the chaos server's head runs its dashboard,
     on loopback: BRIGADE_RAY_DASHBOARD)."""
 
-    def __init__(self, data_dir: Path):
-        address = json.loads((data_dir / "ray.json").read_text())["address"]
+    def __init__(self, data_dir: Path | None = None, *, address: str | None = None,
+                 token: str | None = None):
+        """The head of `data_dir`'s server, or the one at `address` (whose own
+        auth `token`, if it has one: tests/e2e/ray_nodes.py)."""
+        if address is None:
+            address = json.loads((data_dir / "ray.json").read_text())["address"]
+        env = dict(os.environ, RAY_AUTH_MODE="token", **({"RAY_AUTH_TOKEN": token} if token else {}))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _PROBE, address], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, env=dict(os.environ, RAY_AUTH_MODE="token"),
+            stdout=subprocess.PIPE, text=True, env=env,
         )
         assert self.proc.stdout.readline().strip() == "ready", "the Ray probe could not connect"
 
@@ -226,3 +234,15 @@ class PidWatch:
         pids = rank_pids(self.server, self.job_id)
         self.pids.update(pids)
         return pids
+
+
+def kill_leader(replicas: Replicas) -> tuple[Replica, Replica, float]:
+    """SIGKILL to the leading replica's process group (its host lost), then
+    wait for another to lead: (the old leader, the new one, the seconds
+    between). The old one is left dead: `old.start()` brings it back (a
+    follower)."""
+    old = replicas.leader()
+    t0 = time.monotonic()
+    old.kill()
+    new = replicas.leader(timeout_s=FAILOVER_S + 60, other_than=old)
+    return old, new, time.monotonic() - t0
