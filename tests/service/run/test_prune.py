@@ -121,8 +121,9 @@ def test_a_running_job_pruned_stops_at_once_keeps_its_checkpoint_and_frees_its_w
         supervisor.prune(trial.id, running.step, "value 2.3 worse than the median 1.9")
         pruned = wait_for(lambda: store.get_job(trial.id), lambda j: j.state.is_terminal, 60)
         assert pruned.state is S.PRUNED, pruned.error
+        # What it had committed stays (the ranks' stop may still commit one more: listed too).
         kept = [c["step"] for c in supervisor.checkpoints("admin", trial.id)]
-        assert kept and pruned.latest_checkpoint["step"] == kept[-1] >= 5
+        assert running.latest_checkpoint["step"] in kept and pruned.latest_checkpoint["step"] in kept
         reasons = [(e.to_state, e.reason) for e in store.events(trial.id)]
         assert (S.PRUNING, f"pruned at step {running.step}: value 2.3 worse than the median 1.9") \
             in reasons
