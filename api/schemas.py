@@ -74,6 +74,7 @@ class EventPublic(_Public):
     to_state: JobState
     reason: str = ""
     workers: int | None = None  # the world size the job holds after it
+    replica: str | None = None  # the control-plane replica that wrote it (None: before replicas)
 
 
 class UsagePublic(_Public):
@@ -461,6 +462,7 @@ class AuditEventPublic(_Public):
     target: str | None = None
     detail: dict = Field(default_factory=dict)
     client: str | None = None
+    replica: str | None = None  # the control-plane replica that recorded it
 
 
 class AuditPublic(BaseModel):
@@ -468,3 +470,4 @@ class AuditPublic(BaseModel):
     total: int
     limit: int
     offset: int
+

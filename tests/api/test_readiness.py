@@ -53,3 +53,13 @@ def test_a_check_that_does_not_answer_in_time():
     assert _within(0.1, "Ray", lambda: time.sleep(2)) == "Ray did not answer within 0.1 s"
     assert time.monotonic() - started < 1
     assert _within(1, "Ray", lambda: None) is None
+
+
+def test_events_and_audit_rows_name_the_replica(http, supervisor):
+    spec = {"name": "named", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4},
+            "train": {"steps": 2}}
+    job = http.post("/v1/jobs", json=spec).json()
+    events = http.get(f"/v1/jobs/{job['id']}/events").json()
+    assert [e["replica"] for e in events] == [supervisor.replica]
+    audit = http.get("/v1/audit", params={"target": job["id"]}).json()["items"]
+    assert [(a["action"], a["replica"]) for a in audit] == [("job.submit", supervisor.replica)]
