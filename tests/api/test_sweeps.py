@@ -192,3 +192,14 @@ def test_a_real_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
     assert json.loads(as_json.stdout[as_json.stdout.index("{"):])["id"] == sweep_id
     listed = brigade("sweep", "list", "-o", "json")
     assert sweep_id in [s["id"] for s in json.loads(listed.stdout[listed.stdout.index("{"):])["sweeps"]]
+
+
+def test_the_example_sweep_is_a_valid_sweep():
+    """docs/examples/sweep-lr.yaml, which the README runs with `brigade sweep submit`."""
+    from pathlib import Path
+
+    from workers.spec.sweep import SweepSpec
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "sweep-lr.yaml"
+    spec = SweepSpec.model_validate(yaml.safe_load(example.read_text()))
+    assert spec.pruner == "asha" and spec.trial_budget == spec.max_trials
