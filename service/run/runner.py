@@ -46,6 +46,7 @@ class Group(Protocol):
 
     node_infos: list[dict]  # per rank: node_id, node_ip, pid
     backend: str | None
+    may_shutdown: Callable[[], bool] | None  # asked before shutdown kills anything
 
     def progress(self, since: int = 0) -> list[dict]: ...
     def output(self) -> list[list[str]]: ...  # each rank's stdout/stderr lines since the last call
@@ -194,6 +195,9 @@ class JobRunner(threading.Thread):
         A group asked to stop (preempted, suspended) that has not stopped
         within its grace period is killed."""
         seen, stop_sent, startup_due = 0, None, True
+        # A failure found mid-query shuts the group down: not once another replica leads (a
+        # leader stopped past its lease would find every rank "hung" when it wakes).
+        group.may_shutdown = self._still_leading
         grace = self.control.grace_s(self._job())
         while not self.detach.is_set():
             try:

@@ -20,6 +20,7 @@ rather than joined.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import overload
 
 import ray
@@ -93,6 +94,10 @@ class WorkerGroup:
         # Warm rank processes to take from (CPU-only groups: a GPU rank starts cold).
         self.pool = pool if not gpus_per_worker else None
         self.pooled_ranks: list[int] = []  # the ranks whose process came from the pool
+        # Asked before `shutdown` kills anything (a failure found mid-query shuts the group down
+        # too): False lets go of the group, killing nothing, e.g. for a driver that may no longer
+        # own it (a control-plane replica another has deposed). None: always kill.
+        self.may_shutdown: Callable[[], bool] | None = None
         self._gang: GangBundles | None = None  # the bundles, chosen at start
         self.backend: str | None = None
         self.rendezvous: tuple[str, int] | None = None
@@ -136,9 +141,12 @@ class WorkerGroup:
         return self
 
     def shutdown(self) -> None:
-        """Kill every rank actor and free the bundles; safe to call again."""
+        """Kill every rank actor and free the bundles; safe to call again.
+        Where `may_shutdown` says no, only let go of them."""
         actors, self._actors = self._actors, []
         pg, self._pg = self._pg, None
+        if self.may_shutdown is not None and not self.may_shutdown():
+            return
         if not ray.is_initialized():
             return  # the cluster is gone, and all that was in it
         for actor in actors:
