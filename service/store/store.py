@@ -147,6 +147,8 @@ class JobStore:
         with self._writer.begin() as connection:
             if self.dialect == "postgresql":  # two processes starting at once take turns
                 connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+                # Alembic imports its revisions inside the transaction: no idle limit here.
+                connection.exec_driver_sql("SET LOCAL idle_in_transaction_session_timeout = 0")
             config = alembic_config()
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
