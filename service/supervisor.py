@@ -94,7 +94,8 @@ class Supervisor:
         self.rank_pool = self._new_rank_pool()
         self.exports = ExportService(settings, store, self.checkpoint_target, run_export)
         # Sweeps: their trials are this supervisor's jobs; the loop runs their controller's pass.
-        self.sweeps = SweepService(store, self, check=self.check_spec, wake=self._wake.set)
+        self.sweeps = SweepService(store, self, check=self.check_spec, wake=self._wake.set,
+                                   leader_store=self.leader_store)
 
     # -- requests ---------------------------------------------------------------
 
@@ -149,7 +150,8 @@ class Supervisor:
                 return job
             to = S.PRUNED if job.state in (S.QUEUED, S.SUSPENDED) else S.PRUNING
             try:
-                pruned = self.store.transition(job_id, to, reason=why, expect=job.state)
+                # the leader's pruner: a deposed leader's prune is refused (Deposed)
+                pruned = self.leader_store.transition(job_id, to, reason=why, expect=job.state)
             except UnexpectedState:  # it moved meanwhile (admitted, preempted): decide again
                 continue
             if to is S.PRUNED:

@@ -30,6 +30,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -83,6 +84,25 @@ def transaction(engine: Engine) -> Iterator[Session]:
     """A session in one transaction on `engine` (the reader or the writer),
     committed on leaving, rolled back on an exception."""
     with Session(engine) as session, session.begin():
+        yield session
+
+
+class Fence(Protocol):
+    """What a fenced store checks at the start of each write transaction
+    (`service.leadership.Leadership`): raises `Deposed` where the writer
+    leads no more."""
+
+    def check(self, session: Session) -> None: ...
+
+
+@contextmanager
+def write_transaction(writer: Engine, fence: Fence | None) -> Iterator[Session]:
+    """A write transaction on `writer`; with a fence, the fence's check runs
+    first, in the same transaction (the check and the write: one
+    transaction, so a new leader's token bump conflicts with it)."""
+    with transaction(writer) as session:
+        if fence is not None:
+            fence.check(session)
         yield session
 
 

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
 
 from alembic import command
 from alembic.config import Config
@@ -31,7 +30,14 @@ from service.observability.log_text import printable
 from service.scheduling import Demand, QuotaPolicy
 from service.states import ACTIVE, TERMINAL, JobState, check_transition
 from service.store.audit import AuditStore
-from service.store.engine import build_engines, loop_reader, normalize_url, transaction
+from service.store.engine import (
+    Fence,
+    build_engines,
+    loop_reader,
+    normalize_url,
+    transaction,
+    write_transaction,
+)
 from service.store.errors import (
     ConcurrentUpdate,
     JobNotFound,
@@ -80,14 +86,6 @@ def new_job_id() -> str:
     return f"j-{secrets.token_hex(6)}"
 
 
-class Fence(Protocol):
-    """What a fenced store checks at the start of each write transaction
-    (`service.leadership.Leadership`): raises `Deposed` where the writer
-    leads no more."""
-
-    def check(self, session: Session) -> None: ...
-
-
 class JobStore:
     """`JobStore("sqlite:///path/brigade.db")` or a Postgres URL
     (`postgresql://...` means psycopg 3). Call `migrate()` before first use."""
@@ -124,6 +122,7 @@ class JobStore:
         writes go through the plain store."""
         view = copy.copy(self)
         view._fence = fence
+        view.sweeps = self.sweeps.fenced(fence)  # the sweeps' controller writes as the leader too
         return view
 
     def check_fence(self) -> None:
@@ -454,15 +453,7 @@ class JobStore:
         return transaction(self._reader)
 
     def _write(self) -> AbstractContextManager[Session]:
-        if self._fence is None:
-            return transaction(self._writer)
-        return self._fenced_write(self._fence)
-
-    @contextmanager
-    def _fenced_write(self, fence: Fence) -> Iterator[Session]:
-        with transaction(self._writer) as session:
-            fence.check(session)  # the check and the write: one transaction
-            yield session
+        return write_transaction(self._writer, self._fence)
 
     def _one(self, query: Select) -> JobRecord | None:
         with self._read() as session:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from service.store.engine import transaction
+from service.store.engine import Fence, transaction, write_transaction
 from service.store.models import Sweep, SweepTrial, utcnow
 from service.store.sweep_records import (
     LIVE_SWEEP,
@@ -57,8 +57,14 @@ def trial_record(row: SweepTrial) -> SweepTrialRecord:
 class SweepStore:
     """Shares the job store's engines (`JobStore.sweeps`)."""
 
-    def __init__(self, reader: Engine, writer: Engine):
+    def __init__(self, reader: Engine, writer: Engine, fence: Fence | None = None):
         self._reader, self._writer = reader, writer
+        self._fence = fence
+
+    def fenced(self, fence: Fence) -> SweepStore:
+        """This store as the leader's sweep controller writes through it: every
+        write transaction checks `fence` first (`JobStore.fenced`)."""
+        return SweepStore(self._reader, self._writer, fence)
 
     # -- sweeps -------------------------------------------------------------
 
@@ -74,7 +80,7 @@ class SweepStore:
                     spec=spec.to_json(), study=sweep_id, error=None,
                     idempotency_key=idempotency_key, created_at=now, updated_at=now)
         try:
-            with transaction(self._writer) as session:
+            with write_transaction(self._writer, self._fence) as session:
                 session.add(row)
                 session.flush()
                 record = sweep_record(row)
@@ -123,7 +129,7 @@ class SweepStore:
             changes["error"] = error
         if to.is_terminal:
             changes["finished_at"] = now
-        with transaction(self._writer) as session:
+        with write_transaction(self._writer, self._fence) as session:
             done = session.execute(
                 update(Sweep).where(Sweep.id == sweep_id,
                                     Sweep.state.in_([SweepState(s).value for s in expect]))
@@ -135,7 +141,7 @@ class SweepStore:
 
     def delete(self, sweep_id: str) -> None:
         """Remove the sweep and its trial rows (its jobs are the caller's)."""
-        with transaction(self._writer) as session:
+        with write_transaction(self._writer, self._fence) as session:
             session.execute(delete(SweepTrial).where(SweepTrial.sweep_id == sweep_id))
             session.execute(delete(Sweep).where(Sweep.id == sweep_id))
 
@@ -167,7 +173,7 @@ class SweepStore:
         where it was added before (the same number is never written twice)."""
         now = utcnow()
         try:
-            with transaction(self._writer) as session:
+            with write_transaction(self._writer, self._fence) as session:
                 existing = session.get(SweepTrial, (sweep_id, number))
                 if existing is not None:
                     return trial_record(existing)
@@ -194,7 +200,7 @@ class SweepStore:
             raise ValueError(f"not a trial field: {', '.join(sorted(unknown))}")
         if isinstance(fields.get("state"), TrialState):
             fields["state"] = fields["state"].value
-        with transaction(self._writer) as session:
+        with write_transaction(self._writer, self._fence) as session:
             row = session.get(SweepTrial, (sweep_id, number), with_for_update=True)
             if row is None:
                 raise LookupError(f"no trial {number} of sweep {sweep_id}")

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from service.run.dependencies import Broken, Waiting, dependency_ids, read_dependency_status
 from service.states import JobState
 from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
+from service.store.errors import Deposed
 from service.store.sweep_records import SweepRecord, SweepState, SweepTrialRecord, TrialState
 from service.sweeps.study import Studies, distributions, running_trials, tell
 from workers.cluster.errors import CapacityError
@@ -108,6 +109,8 @@ class SweepController:
         for sweep in self.store.sweeps.live():
             try:
                 self.advance(sweep)
+            except Deposed:  # another replica leads now: this pass ends here
+                raise
             except Exception:
                 logger.exception("sweep %s: the controller's pass failed", sweep.id)
 

@@ -34,11 +34,14 @@ BaseCheck = Callable[[str, JobSpec], JobSpec]  # (tenant, spec) -> the spec the 
 
 class SweepService:
     def __init__(self, store: JobStore, jobs: TrialJobs, check: BaseCheck,
-                 wake: Callable[[], None] | None = None):
+                 wake: Callable[[], None] | None = None, *, leader_store: JobStore | None = None):
+        """`store` for the API's requests; `leader_store` (the leader's fenced
+        view: `JobStore.fenced`) for the controller's pass, whose writes a
+        deposed leader must not make."""
         self.store, self.jobs, self._check = store, jobs, check
         self._wake = wake
         self.studies = Studies(store.url)
-        self.controller = SweepController(store, jobs, self.studies, wake=wake)
+        self.controller = SweepController(leader_store or store, jobs, self.studies, wake=wake)
 
     # -- requests -------------------------------------------------------------
 

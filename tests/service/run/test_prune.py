@@ -39,6 +39,7 @@ SETUP = {
 @pytest.fixture
 def supervisor(tmp_path):
     supervisor = make_supervisor(tmp_path)  # not started: nothing is admitted
+    assert supervisor.leadership.acquire()  # the pruner writes as the leader
     yield supervisor
     supervisor.store.dispose()
 

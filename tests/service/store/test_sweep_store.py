@@ -3,8 +3,12 @@ read, list, compare-and-set states, trial rows written once per number."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from service.leadership import Leadership
+from service.store.errors import Deposed
 from service.store.sweep_records import SweepState, TrialState
 from workers.spec.sweep import SweepSpec
 
@@ -63,3 +67,27 @@ def test_trial_rows_are_written_once_per_number_and_updated(store):
 
     store.sweeps.delete(sweep.id)
     assert store.sweeps.get(sweep.id) is None and store.sweeps.trials(sweep.id) == []
+
+
+def test_a_deposed_leaders_sweep_writes_are_refused(store):
+    """The controller writes through the leader's fenced view (`JobStore.fenced`):
+    once another replica leads, its sweep and trial writes are refused and
+    nothing changes; the API's plain store is never fenced."""
+    lease = f"test-{uuid.uuid4().hex[:8]}"
+    sweep, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    old = Leadership(store.leases, "old", 30, name=lease)
+    assert old.acquire()
+    leader = store.fenced(old)
+    leader.sweeps.add_trial(sweep.id, 0, {"train.lr": 0.01})
+    assert store.leases.acquire(lease, "new", 30) is None  # held: nobody else leads yet
+    store.leases.release(lease, "old", old.token)
+    assert store.leases.acquire(lease, "new", 30) is not None  # another replica leads now
+    with pytest.raises(Deposed):
+        leader.sweeps.set_state(sweep.id, SweepState.RUNNING, expect=[SweepState.QUEUED])
+    with pytest.raises(Deposed):
+        leader.sweeps.update_trial(sweep.id, 0, state=TrialState.PRUNED, pruned_step=4)
+    with pytest.raises(Deposed):
+        leader.sweeps.add_trial(sweep.id, 1, {"train.lr": 0.1})
+    assert store.sweeps.get(sweep.id).state is SweepState.QUEUED
+    assert [(t.number, t.state) for t in store.sweeps.trials(sweep.id)] == [(0, TrialState.QUEUED)]
+    assert store.sweeps.set_state(sweep.id, SweepState.CANCELLED) is not None  # the API's write

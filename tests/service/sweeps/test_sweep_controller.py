@@ -79,6 +79,7 @@ def empty_studies(tmp_path_factory) -> Path:
 def supervisor(tmp_path, empty_studies):
     shutil.copy(empty_studies, tmp_path / empty_studies.name)  # the store's sibling file
     supervisor = make_supervisor(tmp_path)  # not started: the test runs each pass
+    assert supervisor.leadership.acquire()  # a prune writes as the leader
     yield supervisor
     supervisor.store.dispose()
 
