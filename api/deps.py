@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
@@ -53,6 +53,9 @@ async def _store(supervisor: SupervisorDep):
 
 
 StoreDep = Annotated[Any, Depends(_store)]
+
+# A submit's `Idempotency-Key` header: a retry with the same key returns what the first made.
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)]
 
 
 async def _current_tenant(

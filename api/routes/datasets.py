@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.audit import Audit
-from api.deps import CurrentTenant, SupervisorDep
+from api.deps import CurrentTenant, IdempotencyKey, SupervisorDep
 from api.routes.jobs import ERRORS
 from api.schemas import JobPublic
 from service.intake.dataset_jobs import prepare_job_spec
@@ -48,9 +48,7 @@ def prepare_dataset(
     supervisor: SupervisorDep,
     response: Response,
     audit: Audit,
-    idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Queue the preparation; the job's id follows it like any job's. Inputs
     or an output outside the tenant's data prefix, a glob that matches

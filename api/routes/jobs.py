@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from api.audit import Audit
-from api.deps import CurrentTenant, OwnedJob, StoreDep, SupervisorDep, read
+from api.deps import CurrentTenant, IdempotencyKey, OwnedJob, StoreDep, SupervisorDep, read
 from api.errors import ApiError
 from api.job_json import JobJson, JobPages, PageQuery
 from api.responses import json_of
@@ -52,9 +52,7 @@ def submit_job(
     supervisor: SupervisorDep,
     response: Response,
     audit: Audit,
-    idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Queue a job. With an `Idempotency-Key`, a retried submit returns the
     job the first one made (200) instead of making another, even with the

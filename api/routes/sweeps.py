@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from api.audit import Audit
-from api.deps import CurrentTenant, SupervisorDep
+from api.deps import CurrentTenant, IdempotencyKey, SupervisorDep
 from api.errors import ApiError, not_found
 from api.routes.jobs import listed_tenant
 from api.schemas import ErrorPublic
@@ -42,9 +42,7 @@ def submit_sweep(
     supervisor: SupervisorDep,
     response: Response,
     audit: Audit,
-    idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> SweepPublic:
     """Start a sweep: its trials are jobs named `{name}-t{k}`, at most
     `max_concurrent` queued or running at once, `max_trials` in all. A field
