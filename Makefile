@@ -25,7 +25,8 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
-# 100 jobs of 4 tenants under faults (tests/soak, about 5 minutes): out of `make test`, which it
+# 100 jobs of 4 tenants under faults, through two replicas on Postgres (127.0.0.1:5432) whose
+# leader is killed twice among them (tests/soak, about 5 minutes): out of `make test`, which it
 # would take past its 20 minutes; .ci/run runs it after the suite.
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -rP -m soak tests/soak  # -rP: the report, passed or not

@@ -2,7 +2,9 @@
 own restarts (a connection refused or a 5xx is retried, within a bound), so
 that the threads that submit, sample and inject faults go on while the chaos
 thread has the server down. A submit carries an `Idempotency-Key`: a retry
-after a lost answer returns the job the first attempt made, never a second."""
+after a lost answer returns the job the first attempt made, never a second.
+Given several replicas' URLs it goes to the next one when one fails, as a
+load balancer in front of them would."""
 
 from __future__ import annotations
 
@@ -18,12 +20,15 @@ class Unavailable(RuntimeError):
 
 
 class SoakClient:
-    def __init__(self, url: str, key: str):
-        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                                 timeout=30)
+    def __init__(self, url: str | list[str], key: str):
+        urls = [url] if isinstance(url, str) else list(url)
+        self.clients = [httpx.Client(base_url=u, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+                        for u in urls]
+        self.http = self.clients[0]  # the one spoken to now
 
     def close(self) -> None:
-        self.http.close()
+        for client in self.clients:
+            client.close()
 
     def request(self, method: str, path: str, *, retry_for_s: float = RETRY_FOR_S, **kwargs):
         deadline = time.monotonic() + retry_for_s
@@ -35,9 +40,14 @@ class SoakClient:
                 why = f"{r.status_code} {r.text[:200]}"
             except httpx.TransportError as e:  # the server is down (restarting) or busy
                 why = repr(e)
+                self._next()
             if time.monotonic() > deadline:
                 raise Unavailable(f"{method} {path}: {why}")
             time.sleep(0.3)
+
+    def _next(self) -> None:
+        """Another replica, where there are several."""
+        self.http = self.clients[(self.clients.index(self.http) + 1) % len(self.clients)]
 
     def get(self, path: str, **params):
         r = self.request("GET", path, params=params)

@@ -6,8 +6,11 @@ CI, `python -m bench.soak` for the long one).
     assert not result.problems, result.explain()
 
 The server is the chaos tests' (tests/chaos/chaos_harness.py: its own Ray
-head with the dashboard on loopback, SQLite, a short process-group timeout);
-its checkpoint storage is a tmpfs the soak mounts, so that "the disk is full"
+head with the dashboard on loopback, SQLite, a short process-group timeout),
+or with `plan.replicas` > 1 that many replicas (tests/e2e/replica_harness.py:
+one fresh Postgres database, one Ray head of the soak's own with its
+dashboard), spoken to through every replica's URL as a load balancer would;
+the checkpoint storage is a tmpfs the soak mounts, so that "the disk is full"
 is a real ENOSPC. First one uninterrupted reference run per (config, world
 size) that the jobs have, at a priority nothing preempts, alone on the
 cluster: no tenant's job beside it and no fault (a reference's curve is what
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.chaos.chaos_harness import ENV, RayProbe, alive, tmpfs
+from tests.e2e.replica_harness import Replicas, fresh_database, ray_head
 from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.soak.soak_checks import check_events, check_final, check_losses, check_rows, report
 from tests.soak.soak_client import SoakClient
@@ -66,38 +70,74 @@ def run_soak(plan: SoakPlan, data_dir: Path, *, say=print) -> SoakResult:
     storage = data_dir / "storage"
     disk = tmpfs(storage, "768m") if plan.disk_fills else contextlib.nullcontext()
     with disk:
+        if plan.replicas > 1:
+            return _on_replicas(plan, data_dir, storage if plan.disk_fills else None, say)
         server = Server(data_dir, env=SOAK_ENV).start()
         try:
-            return _soak(plan, server, data_dir, storage if plan.disk_fills else None, say)
+            return _soak(plan, Deployment(server, None, RayProbe(data_dir)), data_dir,
+                         storage if plan.disk_fills else None, say)
         finally:
             server.stop()
 
 
-def _soak(plan: SoakPlan, server: Server, data_dir: Path, storage: Path | None, say) -> SoakResult:
+def _on_replicas(plan: SoakPlan, data_dir: Path, storage: Path | None, say) -> SoakResult:
+    """The soak through `plan.replicas` replicas on Postgres and a Ray head of its own
+    (their checkpoints under data_dir/storage, the tmpfs, as the one server's)."""
+    with ray_head(num_cpus=int(SOAK_ENV["BRIGADE_RAY_NUM_CPUS"]), dashboard=True) as head, \
+            fresh_database() as url:
+        replicas = Replicas(data_dir, head, url, n=plan.replicas, env=SOAK_ENV)
+        try:
+            replicas.start()
+            probe = RayProbe(address=head.address, token=head.token)
+            return _soak(plan, Deployment(None, replicas, probe), data_dir, storage, say)
+        finally:
+            replicas.stop()
+
+
+@dataclass
+class Deployment:
+    """What the soak runs against: one server, or replicas; and a probe of its Ray head."""
+
+    server: Server | None
+    replicas: Replicas | None
+    probe: RayProbe
+
+    @property
+    def urls(self) -> list[str]:
+        return [r.url for r in self.replicas] if self.replicas else [self.server.url]
+
+    def log_tail(self, chars: int) -> str:
+        if self.replicas:
+            return self.replicas.log_tails(chars // len(self.replicas.replicas))
+        return self.server.log_tail(chars)
+
+
+def _soak(plan: SoakPlan, deployment: Deployment, data_dir: Path, storage: Path | None,
+          say) -> SoakResult:
     start = time.monotonic()
     obs = Observations()
-    admin = SoakClient(server.url, KEY)
-    clients = {t.name: SoakClient(server.url, admin.post("/v1/tenants", t.body())["api_key"])
+    admin = SoakClient(deployment.urls, KEY)
+    clients = {t.name: SoakClient(deployment.urls, admin.post("/v1/tenants", t.body())["api_key"])
                for t in TENANTS}
-    probe = RayProbe(data_dir)
+    probe = deployment.probe
     try:
-        result = _run(plan, server, data_dir, storage, obs, admin, clients, probe, start, say)
+        result = _run(plan, deployment, data_dir, storage, obs, admin, clients, probe, start, say)
     finally:
         probe.close()
         for c in (admin, *clients.values()):
             c.close()
     if result.problems:
-        result.log_tail = server.log_tail(6000)
+        result.log_tail = deployment.log_tail(6000)
     say(f"soak: {json.dumps(result.report, default=str)}")
     return result
 
 
-def _run(plan: SoakPlan, server: Server, data_dir: Path, storage: Path | None, obs: Observations,
+def _run(plan: SoakPlan, deployment: Deployment, data_dir: Path, storage: Path | None, obs: Observations,
          admin: SoakClient, clients: dict[str, SoakClient], probe: RayProbe, start: float,
          say) -> SoakResult:
     """The references, then the jobs and the faults, the drain and the checks."""
     submitter = Submitter(obs, plan, clients, data_dir)
-    chaos = Chaos(obs, plan, server, admin, storage)
+    chaos = Chaos(obs, plan, deployment.server, admin, storage, deployment.replicas)
     threads = [QuotaSampler(obs, admin), RaySampler(obs, probe)]
     try:
         for t in threads:
@@ -247,6 +287,9 @@ def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: di
     if cluster["goodput"] is None or not 0.0 < cluster["goodput"] < 1.0:
         problems.append(f"the soak tenants' goodput in worker-seconds is {cluster['goodput']}, "
                         f"not within (0, 1): {cluster}")
+    for f in priced:  # the running jobs went on through a leader's loss: none restarted for it
+        if f["kind"] == "leader_kill" and f["attempts_ended"]:
+            problems.append(f"a leader kill ended {f['attempts_ended']} attempts: {f}")
     for kind in RANK_SIGNALS:
         if kind in costs and not costs[kind]["median_s"] > 0:
             problems.append(f"{kind}: {costs[kind]['faults']} fired and their median cost "

@@ -31,7 +31,7 @@ FIXED_2_CONFIG = "short"
 SIZE_WEIGHTS = (5, 2, 3)
 MAX_RESTARTS = 4  # a job is hit by at most MAX_HITS faults: chaos alone never exhausts this
 MAX_HITS = 2
-FAULT_KINDS = ("sigkill", "sigterm", "serve_restart", "disk_full")
+FAULT_KINDS = ("sigkill", "sigterm", "serve_restart", "leader_kill", "disk_full")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,10 @@ class SoakPlan:
     sigkills: int = 6
     sigterms: int = 3
     serve_restarts: int = 2
+    # the leading replica SIGKILLed (with `replicas` > 1), another leads, the lost one comes back
+    leader_kills: int = 0
     disk_fills: int = 1
+    replicas: int = 1  # `brigade serve` replicas on one Postgres and one Ray head (1: the SQLite server)
     bad_data_jobs: int = 2
     fault_gap_s: float = 7.0
     disk_full_max_s: float = 20.0  # the disk stays full until a save fails, at most this long
@@ -120,12 +123,15 @@ class SoakPlan:
     fault_plans: list[FaultPlan] = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.leader_kills and self.replicas < 2:
+            raise ValueError("leader kills need replicas: a lone server is restarted (serve_restarts)")
         rng = random.Random(self.seed)
         bad = set(rng.sample(range(self.jobs), self.bad_data_jobs))
         times = sorted(rng.uniform(0, self.submit_over_s) for _ in range(self.jobs))
         self.job_plans = [self._job(i, times[i], rng, i in bad) for i in range(self.jobs)]
         kinds = (["sigkill"] * self.sigkills + ["sigterm"] * self.sigterms
-                 + ["serve_restart"] * self.serve_restarts + ["disk_full"] * self.disk_fills)
+                 + ["serve_restart"] * self.serve_restarts + ["leader_kill"] * self.leader_kills
+                 + ["disk_full"] * self.disk_fills)
         rng.shuffle(kinds)
         self.fault_plans = [FaultPlan(k, rng.randrange(2**31)) for k in kinds]
 

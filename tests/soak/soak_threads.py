@@ -19,7 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.chaos.chaos_harness import RayProbe, free_bytes
+from tests.chaos.chaos_harness import RayProbe, free_bytes, kill_leader
+from tests.e2e.replica_harness import FAILOVER_S, Replicas
 from tests.e2e.serve_harness import Server
 from tests.soak.soak_checks import ranks_on_ray
 from tests.soak.soak_client import SoakClient
@@ -185,15 +186,18 @@ class Chaos(Loop):
     """The planned faults, one every `fault_gap_s`: SIGKILL or SIGTERM to a
     random rank of a random running job (soak_plan.chaos_victims: never a
     reference, a job that must fail, or one already hit MAX_HITS times),
-    `brigade serve` SIGKILLed and started again, the checkpoint disk (a tmpfs)
+    `brigade serve` SIGKILLed and started again, the leading replica SIGKILLed
+    (where there are replicas: another must lead within FAILOVER_S, and the
+    lost one starts again, a follower), the checkpoint disk (a tmpfs)
     filled until a save fails. None before every reference run is final
     (`Observations.references_final`): a server restart or a full disk would
     interrupt a reference as surely as a signal to its rank."""
 
-    def __init__(self, obs: Observations, plan: SoakPlan, server: Server, admin: SoakClient,
-                 storage: Path | None):
+    def __init__(self, obs: Observations, plan: SoakPlan, server: Server | None, admin: SoakClient,
+                 storage: Path | None, replicas: Replicas | None = None):
         super().__init__("chaos", obs, plan.fault_gap_s)
         self.plan, self.server, self.admin, self.storage = plan, server, admin, storage
+        self.replicas = replicas
         self.todo = list(plan.fault_plans)
         self.hits: dict[str, int] = defaultdict(int)
 
@@ -211,6 +215,8 @@ class Chaos(Loop):
             record = self._signal_a_rank(fault)
         elif fault.kind == "serve_restart":
             record = self._restart_serve()
+        elif fault.kind == "leader_kill":
+            record = self._kill_leader()
         else:
             record = self._fill_disk()
         with self.obs.lock:
@@ -247,7 +253,22 @@ class Chaos(Loop):
             time.sleep(0.2)
         return {"skipped": "no running job to hit within 60 s"}
 
+    def _kill_leader(self) -> dict:
+        """SIGKILL to the leading replica's process group (its host lost); the
+        time until another says it leads is the fault's `down_s`."""
+        if self.replicas is None:
+            return {"skipped": "one server: no leader to kill"}
+        old, new, failover_s = kill_leader(self.replicas)
+        if failover_s > FAILOVER_S:
+            with self.obs.lock:
+                self.obs.violations.append(f"{new.name} led {failover_s:.1f} s after {old.name} was "
+                                           f"killed, over {FAILOVER_S:g} s")
+        old.start()  # its pod again: a follower now
+        return {"replica": old.name, "new_leader": new.name, "down_s": round(failover_s, 2)}
+
     def _restart_serve(self) -> dict:
+        if self.server is None:
+            return {"skipped": "replicas: their faults are leader kills"}
         t0 = time.monotonic()
         self.server.kill()
         self.server.start()
