@@ -2,7 +2,8 @@
 replicas on one Postgres database and one Ray head of this module's own
 (tests/e2e/replica_harness.py); the leader SIGKILLed with its process group
 (`kill_leader`): two in turn mid-run, and one while a job recovers from a lost
-rank. Another
+rank; and the leader SIGSTOPped past its lease, then woken: it takes no action
+(no event or audit row of its from then on) and says it follows. Another
 replica leads within BRIGADE_LEASE_S + 5 s, and every job ends SUCCEEDED on
 the loss curve of the uninterrupted run, bitwise, with no restart the leader's
 loss caused and nothing of it left on the cluster.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import UTC, datetime
 
 import pytest
 from chaos_harness import (
@@ -27,7 +29,16 @@ from chaos_harness import (
     wait_for,
 )
 
-from tests.e2e.replica_harness import FAILOVER_S, Replica, Replicas, fresh_database, ray_head
+from tests.e2e.replica_harness import (
+    FAILOVER_S,
+    LEASE_S,
+    Replica,
+    Replicas,
+    fresh_database,
+    query,
+    ray_head,
+    written_by_since,
+)
 
 pytestmark = pytest.mark.timeout(480)
 
@@ -143,3 +154,35 @@ def test_the_leader_killed_while_a_job_recovers_from_a_lost_rank(replicas, probe
     assert done["restarts"] == 1, done
     assert transitions(replicas.leader(), job) == ["QUEUED", "STARTING", "RUNNING", "RESTARTING",
                                               "STARTING", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_leader_stopped_past_its_lease_takes_no_action_when_woken(replicas, probe, reference):
+    old = replicas.leader()
+    job = old.submit(chaos_spec("leader-stopped"))["id"]
+    watch = PidWatch(old, job)
+    wait_for(old, job, lambda j: j["state"] == "RUNNING" and j["step"] >= 10)
+    before = ranks(watch, old)
+
+    stopped_at = datetime.now(UTC)
+    old.pause()  # frozen mid-term, its connections open, until woken
+    new = replicas.leader(timeout_s=FAILOVER_S + 5, other_than=old)
+    assert ranks(watch, new) == before
+    queued = new.submit(chaos_spec("leader-stopped-queued"))["id"]  # admitted by the new leader
+    queued_watch = PidWatch(new, queued)
+    wait_for(new, queued, lambda j: j["state"] == "RUNNING")
+
+    old.wake()  # it still thinks it leads until it finds its lease gone
+    deadline = time.monotonic() + LEASE_S + 5
+    while (said := old.readyz()).get("role") != "follower":
+        assert time.monotonic() < deadline, f"the woken replica still says {said}"
+        time.sleep(0.2)
+    assert said["leader"] == new.name, said
+
+    for job_id, watched in ((job, watch), (queued, queued_watch)):
+        done = finish(replicas, probe, job_id, watched, reference)
+        assert done["restarts"] == 0, done
+        assert transitions(new, job_id) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    launches = query(replicas.database_url, "SELECT attempt FROM jobs WHERE id = :id", id=queued)
+    assert launches == [(1,)]
+    assert written_by_since(replicas.database_url, old.name, stopped_at) == []
+    assert replicas.leader() is new

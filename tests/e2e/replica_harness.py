@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -88,6 +89,20 @@ def query(url: str, sql: str, **params) -> list[tuple]:
             return [tuple(row) for row in db.execute(text(sql), params)]
     finally:
         engine.dispose()
+
+
+def written_by_since(database_url: str, replica: str, since: datetime) -> list[tuple]:
+    """(table, id, time) of the job events and audit rows `replica` wrote after `since`."""
+    found = []
+    for table in ("job_events", "audit_events"):
+        rows = query(database_url, f"SELECT id, time FROM {table} WHERE replica = :r", r=replica)
+        found += [(table, row_id, at) for row_id, at in rows if utc(at) > since]
+    return found
+
+
+def utc(at: datetime) -> datetime:
+    """A time read from the database, made aware (a naive one is UTC)."""
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 class Replica(Server):
