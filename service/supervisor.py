@@ -58,6 +58,7 @@ from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 RETENTION_SWEEP_S = 60.0  # how often finished jobs past their retention are looked for
+RELAUNCH_WAIT_S = 15.0  # how long a cut-short launch's remains may take to leave Ray's names
 PRUNE_TRIES = 5  # a prune decided again as often where the job keeps moving meanwhile
 
 
@@ -501,7 +502,8 @@ class Supervisor:
 
     def reconcile(self) -> None:
         """After a (re)start: reattach to every active job's live worker group,
-        or clear its remains and restart it from its latest checkpoint."""
+        or clear its remains and restart it from its latest checkpoint (a job
+        still STARTING, whose group never trained: launch the same attempt again)."""
         for job in self.store.jobs_in_states(ACTIVE):
             name = group_name(job.id, job.attempt)
             group = None
@@ -523,9 +525,22 @@ class Supervisor:
                 self._spawn(self._runner(job.id, attached=group))
                 continue
             if job.workers:
-                WorkerGroup.reclaim(name, job.workers,
-                                    pool_prefix=self.rank_pool.name_prefix).shutdown()
+                remains = WorkerGroup.reclaim(name, job.workers,
+                                              pool_prefix=self.rank_pool.name_prefix)
+                remains.shutdown()
+                if job.state is S.STARTING and remains.names_free(RELAUNCH_WAIT_S):
+                    self._launch_again(job, name)
+                    continue
             self._restart_after_loss(job, name)
+
+    def _launch_again(self, job: JobRecord, name: str) -> None:
+        """A job whose launch was cut short (the control plane, or the leader,
+        lost between its admission and its group's training): nothing of it
+        trained, so the same attempt is launched again, not restarted (no
+        restart counted, the attempt unchanged: it is launched once)."""
+        self.leader_store.note(job.id, f"reconciled after a control-plane restart: the launch of "
+                                       f"worker group {name} was cut short; launching it again")
+        self._spawn(self._runner(job.id))
 
     def _restart_after_loss(self, job: JobRecord, name: str) -> None:
         why = f"reconciled after a control-plane restart: worker group {name} is gone"

@@ -155,6 +155,21 @@ class WorkerGroup:
         if pg is not None:
             remove_placement_group(pg)
 
+    def names_free(self, timeout_s: float) -> bool:
+        """Whether, within `timeout_s`, no rank actor and no placement group of
+        this group's name is left on the cluster (after `shutdown()` Ray frees
+        the names a moment later): the same attempt can then start again."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            taken = any(_named(lambda n=f"{self.name_prefix}-rank-{rank}": ray.get_actor(n))
+                        for rank in range(self.num_workers))
+            pg_left = _named(lambda: ray.util.get_placement_group(f"{self.name_prefix}-pg"))
+            if not taken and not pg_left:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
     def __enter__(self) -> WorkerGroup:
         return self.start()
 
@@ -385,6 +400,16 @@ class WorkerGroup:
         are still running after `timeout_s` (None: no limit). The first lost or
         failed rank raises at once and shuts the group down."""
         return await_ranks(refs, timeout_s, self.node_infos, self.shutdown)
+
+
+def _named(lookup) -> bool:
+    """Whether Ray still finds what `lookup` looks up by name (it raises
+    ValueError for a name that nothing holds)."""
+    try:
+        lookup()
+    except ValueError:
+        return False
+    return True
 
 
 def _failure(answer: object) -> str | None:
