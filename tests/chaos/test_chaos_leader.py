@@ -29,12 +29,12 @@ from chaos_harness import (
     wait_for,
 )
 
+from tests.postgres import fresh_database
 from tests.e2e.replica_harness import (
     FAILOVER_S,
     LEASE_S,
     Replica,
     Replicas,
-    fresh_database,
     query,
     ray_head,
     written_by_since,

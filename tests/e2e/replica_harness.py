@@ -10,7 +10,8 @@ the chaos suite's leader kills and the soak's.
 
 The head is a `ray start --head` on 127.0.0.1 with token auth and a token of
 its own (tests/e2e/ray_nodes.py), stopped by its own processes, never `ray
-stop`. Each database is made for the test on 127.0.0.1:5432 and dropped after.
+stop`. Each database is made for the test on 127.0.0.1:5432 and dropped after
+(`fresh_database`, tests/postgres.py).
 Each replica has its own data dir and port and a process group of its own; all
 share the secret, the admin key, the checkpoint storage and the data root, as
 replicas of one deployment do.
@@ -23,7 +24,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,12 +31,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
 
-from tests.ci import skip_or_fail
 from tests.e2e.ray_nodes import RayNodes
 from tests.e2e.serve_harness import Server
 
-POSTGRES_URL = os.environ.get(
-    "BRIGADE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 LEASE_S = 3.0  # BRIGADE_LEASE_S of every replica here
 FAILOVER_S = LEASE_S + 5  # the issue's bound: another replica leads within this of the leader's loss
 REPLICA_ENV = {
@@ -58,27 +55,6 @@ def ray_head(num_cpus: int = 4, dashboard: bool = False) -> Iterator[RayNodes]:
     finally:
         nodes.stop()
     assert nodes.leftovers() == [], "Ray processes outlived the head"
-
-
-@contextlib.contextmanager
-def fresh_database() -> Iterator[str]:
-    """The URL of a new, empty Postgres database, dropped after. Where no
-    Postgres answers the test is skipped, saying why (under CI it fails)."""
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT",
-                          connect_args={"connect_timeout": 3})
-    name = f"brigade_ha_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as error:  # noqa: BLE001 - any failure to reach it means "no Postgres"
-        admin.dispose()
-        skip_or_fail(f"Postgres not reachable at {POSTGRES_URL}: {str(error).splitlines()[0]}")
-    try:
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def query(url: str, sql: str, **params) -> list[tuple]:

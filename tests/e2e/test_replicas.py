@@ -24,12 +24,12 @@ from tests.e2e.replica_harness import (
     FAILOVER_S,
     Replica,
     Replicas,
-    fresh_database,
     query,
     ray_head,
     utc,
 )
 from tests.e2e.serve_harness import KEY, spec
+from tests.postgres import fresh_database
 
 pytestmark = pytest.mark.timeout(480)
 

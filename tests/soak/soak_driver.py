@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.chaos.chaos_harness import ENV, RayProbe, alive, tmpfs
-from tests.e2e.replica_harness import Replicas, fresh_database, ray_head
+from tests.e2e.replica_harness import Replicas, ray_head
+from tests.postgres import fresh_database
 from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.soak.soak_checks import check_events, check_final, check_losses, check_rows, report
 from tests.soak.soak_client import SoakClient

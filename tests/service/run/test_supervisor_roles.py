@@ -8,17 +8,14 @@ tests/e2e/test_replicas.py's."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from service.settings import Settings
 from service.states import JobState as S
 from service.store import JobStore
 from service.supervisor import Supervisor
-from tests.ci import skip_or_fail
-from tests.service.conftest import POSTGRES_URL
+from tests.postgres import fresh_database
 from workers.spec import JobSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
@@ -32,19 +29,8 @@ SPEC = JobSpec.model_validate({
 
 @pytest.fixture
 def database():
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT",
-                          connect_args={"connect_timeout": 3})
-    name = f"brigade_roles_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as error:  # noqa: BLE001 - no Postgres here
-        admin.dispose()
-        skip_or_fail(f"Postgres not reachable at {POSTGRES_URL}: {error}")
-    yield admin.url.set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with fresh_database("brigade_roles") as url:
+        yield url
 
 
 def replica(name: str, url: str, data_dir) -> Supervisor:
