@@ -36,7 +36,7 @@ SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "
 EXPORT_FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\x08" + b"\0" * 63}
 DATA_FILE = "iso/a.jsonl"  # A's upload, under A's data prefix
 UNKNOWN = {"job_id": "j-000000000000", "export_id": export_id(7, "bfloat16"), "name": "nothing.json",
-           "tenant_id": "t-000000000000", "path": "nothing/none.jsonl"}
+           "tenant_id": "t-000000000000", "path": "nothing/none.jsonl", "sweep_id": "s-000000000000"}
 # A minimal valid body for each route that takes one and names a resource.
 BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/v1/jobs/{job_id}/resume"): {"workers": 1},
@@ -51,7 +51,9 @@ EXPECTED = {("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
             ("GET", "/v1/jobs/{job_id}/series"), ("POST", "/v1/jobs/{job_id}/exports"),
             ("GET", "/v1/jobs/{job_id}/exports/{export_id}/files/{name}"),
             ("GET", "/v1/jobs/{job_id}/logs"), ("POST", "/v1/tenants/{tenant_id}/keys"),
-            ("GET", "/v1/data/{path}"), ("PUT", "/v1/data/{path}")}
+            ("GET", "/v1/data/{path}"), ("PUT", "/v1/data/{path}"),
+            ("GET", "/v1/sweeps/{sweep_id}"), ("POST", "/v1/sweeps/{sweep_id}/cancel"),
+            ("DELETE", "/v1/sweeps/{sweep_id}")}
 PARAM = re.compile(r"{([^}]+)}")
 
 
@@ -132,8 +134,12 @@ def test_every_resource_route_of_the_schema_is_404_to_another_tenant(http, as_ke
     job = a.post("/v1/jobs", json=SPEC).json()
     ident = committed_export(supervisor, job["id"])
     assert a.put(f"/v1/data/{DATA_FILE}", content=b'{"text": "A\'s"}\n').status_code == 201
+    sweep = a.post("/v1/sweeps", json={  # waits QUEUED on A's queued job: no trial runs
+        "name": "iso", "base": SPEC, "space": {"train.lr": {"grid": [0.001]}}, "sampler": "grid",
+        "objective": {"metric": "loss"}, "max_trials": 1, "after": [job["id"]]})
+    assert sweep.status_code == 201, sweep.text
     values = {"job_id": job["id"], "export_id": ident, "name": "model.safetensors",
-              "tenant_id": tenant_a.id, "path": DATA_FILE}
+              "tenant_id": tenant_a.id, "path": DATA_FILE, "sweep_id": sweep.json()["id"]}
     assert [e["id"] for e in a.get(f"/v1/jobs/{job['id']}/exports").json()] == [ident]
     before = snapshot(http, a, job["id"], tenant_a.id)
     assert before["job"]["state"] == JobState.QUEUED
