@@ -30,6 +30,7 @@ from tests.api.conftest import ADMIN_KEY, make_supervisor  # noqa: E402
 from tests.api.live_server import LiveServer  # noqa: E402
 from tests.e2e.test_dashboard_browser import (  # noqa: E402
     at_phone_width,
+    browser,  # noqa: F401 - the module's Chromium, a fixture of its own here
     clean,
     sign_in,
     text_of,
@@ -111,14 +112,6 @@ def _sweep_state(name: str):
     from service.store.sweep_records import SweepState
 
     return SweepState(name)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert WHY_NOT is None, WHY_NOT
-    b = Browser()
-    yield b
-    b.close()
 
 
 def _shot(browser: Browser, name: str) -> None:

@@ -34,12 +34,6 @@ def job(**sections) -> JobSpec:
     return JobSpec.model_validate({"model": GPT, "train": {"steps": 1}, **sections})
 
 
-@pytest.fixture
-def store(tmp_path):
-    store = JobStore(f"sqlite:///{tmp_path / 'brigade.db'}")
-    store.migrate()
-    yield store
-    store.dispose()
 
 
 def run(spec: JobSpec, store: JobStore) -> JobSpec:

@@ -10,7 +10,6 @@ import pytest
 from service.intake.checks import Submission, after, job_data
 from service.intake.data_access import data_prefix
 from service.states import JobState as S
-from service.store import JobStore
 from workers.spec import JobSpec, SpecError
 
 ROOT = "file:///brigade-data"
@@ -18,12 +17,6 @@ PREFIX = data_prefix(ROOT, "acme")
 GPT = {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16}
 
 
-@pytest.fixture
-def store(tmp_path):
-    store = JobStore(f"sqlite:///{tmp_path / 'brigade.db'}")
-    store.migrate()
-    yield store
-    store.dispose()
 
 
 def submission(store) -> Submission:
