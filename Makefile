@@ -22,8 +22,20 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/brigade serve
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+# The lean install (tests/api/test_lean_install.py: `pip install brigade`, no torch or Ray) in a venv
+# of its own, made once here rather than by the test: resolving its requirements is the slow part.
+LEAN := .venv-lean
+$(LEAN)/.installed: pyproject.toml | $(STAMP)
+	$(BIN)/python -m tests.lean_venv $(LEAN)
+	touch $@
+
+# Every run keeps its per-test times: the slowest 25 printed (pyproject.toml's addopts), all of them
+# in reports/junit.xml, and the 25 slowest modules after it (docs/testing.md: the suite's budget).
+test: $(STAMP) $(LEAN)/.installed
+	@status=0; \
+	$(BIN)/python -m pytest -q tests --junitxml=reports/junit.xml || status=$$?; \
+	$(BIN)/python -m tests.module_times reports/junit.xml || true; \
+	exit $$status
 
 # 100 jobs of 4 tenants under faults, through two replicas on Postgres (127.0.0.1:5432) whose
 # leader is killed twice among them (tests/soak, about 5 minutes): out of `make test`, which it

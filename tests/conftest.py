@@ -11,6 +11,8 @@ Its head runs Ray's dashboard, bound to 127.0.0.1, for Ray's public state API
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 RAY_CPUS = 4  # logical CPUs: world sizes up to 4 fit, even on a 2-core machine
@@ -42,6 +44,57 @@ def ray_cluster():
     )
     yield context
     ray.shutdown()
+
+
+LEAK_GRACE_S = 30  # Ray removes a killed group's placement group and actors asynchronously
+
+
+def _live_placement_groups() -> dict[str, str]:
+    """Id -> name of each placement group of the session cluster not removed."""
+    import ray
+
+    return {pg_id: info.get("name", "") for pg_id, info in ray.util.placement_group_table().items()
+            if info.get("state") != "REMOVED"}
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_cluster_as_found(request):
+    """A test on the session's Ray cluster leaves it as it found it: every
+    placement group it made is gone and every CPU free again once it ends (within
+    LEAK_GRACE_S). One that leaked fails, naming what it left, and what it left is
+    removed, so that the tests after it find the cluster whole (a leaked group
+    holding one of the 4 CPUs fails every later test that places 4 ranks)."""
+    if "ray_cluster" not in request.fixturenames or "shared_ray" in request.fixturenames:
+        # (a `brigade serve` on the cluster, shared by a module's tests, may run a job from one
+        # test into the next: what it leaves is removed when it stops, serve_harness.Server.stop)
+        yield
+        return
+    import ray
+    from ray.util.placement_group import PlacementGroup
+
+    before, cpus = set(_live_placement_groups()), ray.available_resources().get("CPU", 0.0)
+    yield
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while True:
+        left = {i: n for i, n in _live_placement_groups().items() if i not in before}
+        free = ray.available_resources().get("CPU", 0.0)
+        if (not left and free >= cpus) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for pg_id in left:
+        ray.util.remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+    if left or free < cpus:
+        pytest.fail(f"the test left the session's Ray cluster other than it found it: placement "
+                    f"groups {sorted(left.values())} (now removed), {free:g} of {cpus:g} CPUs free",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def shared_ray(ray_cluster) -> str:
+    """The session cluster's address, for a `brigade serve` of a test to join
+    (tests/e2e/serve_harness.py `Server(..., ray_address=shared_ray)`) in place
+    of a Ray head of its own: ~7 s of start-up and its stop saved per server."""
+    return ray_cluster.address_info["gcs_address"]
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,10 @@ def make_supervisor(data_dir, **overrides) -> Supervisor:
     fields = dict(data_dir=str(data_dir), admin_key=ADMIN_KEY, secret="test-secret",
                   poll_interval_s=0.05,
                   stream_max_s=1.0,  # a fuzzer following a live job moves on quickly
-                  rate_limit_per_s=1e6, rate_limit_burst=1_000_000)  # a fuzzer's ~1000 requests pass
+                  rate_limit_per_s=1e6, rate_limit_burst=1_000_000,  # a fuzzer's ~1000 requests pass
+                  # no export of each job that succeeds (a Ray task importing torch: seconds of CPU);
+                  # the tests of that export ask for it (export_on_success="float32")
+                  export_on_success="")
     settings = Settings(**{**fields, **overrides})
     store = JobStore(settings.resolved_database_url)
     store.migrate()

@@ -37,7 +37,8 @@ TRAIN = {"steps": 4, "global_batch_size": 4, "lr": 1e-2, "warmup_steps": 0}
 def service(tmp_path_factory, ray_cluster):
     """(supervisor not started yet, live server URL, the tiny Llama's URI under the
     admin's data prefix)."""
-    supervisor = make_supervisor(tmp_path_factory.mktemp("adapter-exports"))
+    supervisor = make_supervisor(tmp_path_factory.mktemp("adapter-exports"),
+                                 export_on_success="float32")  # what the first export checks
     uri = data_prefix(supervisor.settings.resolved_data_uri_root, "admin") + "models/tiny-llama"
     hf_llama(Path(uri.removeprefix("file://")))
     try:

@@ -1,4 +1,4 @@
-"""The lean install: a fresh virtual environment given only `pip install
+"""The lean install: a virtual environment given only `pip install
 brigade` (the wheel of this checkout, its requirements from the package
 index) runs `brigade --help` and talks to a live server through the CLI and
 the client, with no torch, no Ray and no database driver installed."""
@@ -6,17 +6,15 @@ the client, with no torch, no Ray and no database driver installed."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
-import tomllib
-from pathlib import Path
 
 import pytest
 
 from tests.api.conftest import ADMIN_KEY
+from tests.lean_venv import ROOT, install_checkout
 
-ROOT = Path(__file__).resolve().parents[2]
+LEAN_VENV = ROOT / ".venv-lean"
+
 HEAVY = {"torch", "ray", "sqlalchemy", "psycopg", "psycopg-binary", "fastapi", "uvicorn", "numpy",
          "pydantic-settings", "alembic", "prometheus-client"}
 CLIENT_CALL = """
@@ -37,22 +35,12 @@ def run(*args, **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def lean_venv(tmp_path_factory):
-    """A fresh venv with the wheel of this checkout installed, its requirements and all."""
+    """The lean venv with the wheel of this checkout installed, its requirements and all:
+    `make test`'s `.venv-lean` (made once, by `python -m tests.lean_venv`) where it is,
+    else a fresh one (the requirements from the package index: tens of seconds more)."""
     work = tmp_path_factory.mktemp("lean")
-    source = work / "src"  # a copy: building writes build/ and *.egg-info beside the sources
-    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    packages = {pattern.rstrip("*") for pattern in find["find"]["include"]}
-    for name in packages:
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-        "-w", work / "wheels", source)
-    wheel = next((work / "wheels").glob("brigade-*.whl"))
-    venv = work / "venv"
-    run(sys.executable, "-m", "venv", venv)
-    run(venv / "bin" / "pip", "install", "-q", wheel)  # with its requirements
-    return venv
+    venv = LEAN_VENV if (LEAN_VENV / "bin" / "pip").exists() else work / "venv"
+    return install_checkout(venv, work)
 
 
 def test_the_lean_install_runs_the_cli_and_the_client(lean_venv, server, tmp_path):

@@ -1,5 +1,5 @@
-"""What the chaos scenarios share: one `brigade serve` (its own Ray head,
-SQLite and checkpoint storage), the job spec every scenario runs, a probe of
+"""What the chaos scenarios share: one `brigade serve` (on the session's Ray
+cluster; its own SQLite and checkpoint storage), the job spec every scenario runs, a probe of
 Ray's state for leaked actors and placement groups, and fast waits.
 
 Every scenario is a real fault on real processes: signals to the rank
@@ -57,8 +57,9 @@ def chaos_spec(name: str, steps: int = STEPS, **extra) -> dict:
     }
 
 
-def start_server(data_dir: Path) -> Server:
-    return Server(data_dir, env=ENV).start()
+def start_server(data_dir: Path, ray_address: str) -> Server:
+    """A server on the session's Ray cluster (tests/conftest.py `shared_ray`)."""
+    return Server(data_dir, env=ENV, ray_address=ray_address, shared=True).start()
 
 
 def wait_for(server: Server, job_id: str, until, timeout_s: float = 180, every_s: float = 0.05) -> dict:

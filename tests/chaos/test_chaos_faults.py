@@ -44,15 +44,15 @@ rng = random.Random(6)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = start_server(tmp_path_factory.mktemp("chaos"))
+def server(tmp_path_factory, shared_ray):
+    srv = start_server(tmp_path_factory.mktemp("chaos"), shared_ray)
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def probe(server):
-    p = RayProbe(server.data_dir)
+def probe(server, shared_ray):
+    p = RayProbe(address=shared_ray)
     yield p
     p.close()
 

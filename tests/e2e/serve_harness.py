@@ -1,6 +1,15 @@
 """`brigade serve` in a subprocess, spoken to over real HTTP: shared by the
 end-to-end tests (its own data dir; by default its own local Ray head and
-SQLite, or an existing Ray cluster and another database)."""
+SQLite, or an existing Ray cluster and another database).
+
+Most modules' servers join the session's Ray cluster (tests/conftest.py
+`shared_ray`) rather than start a head of their own:
+
+    Server(data_dir, ray_address=shared_ray, shared=True)
+
+and what such a server leaves on it (its groups live on when it stops, as a
+control plane's successor would want them) is removed by `stop()`, so the
+tests after it find the cluster whole."""
 
 from __future__ import annotations
 
@@ -26,9 +35,13 @@ class Server:
     `own_group` starts it in a process group of its own (signalled as one)."""
 
     def __init__(self, data_dir: Path, *, ray_address: str | None = None,
-                 env: dict[str, str] | None = None, own_group: bool = False):
+                 env: dict[str, str] | None = None, own_group: bool = False, shared: bool = False):
         self.data_dir = data_dir
         self.ray_address = ray_address
+        # `ray_address` is this test process's own cluster (it is connected to it): what the
+        # server leaves there is removed at stop()
+        self.shared = shared
+        self._found: tuple[set[str], float] | None = None  # placement groups and free CPUs, before
         self.extra_env = dict(env or {})
         self.own_group = own_group
         self.proc: subprocess.Popen | None = None
@@ -46,6 +59,8 @@ class Server:
         """Start (or restart) the server and wait for /healthz. Its first start
         moves to another port if the one chosen was taken meanwhile; a restart
         keeps the port, as clients know it."""
+        if self.shared and self._found is None:
+            self._found = _shared_cluster_state()
         for _ in range(3):
             if self._start_once():
                 self.started = True
@@ -58,7 +73,10 @@ class Server:
     def _start_once(self) -> bool:
         """True once it answers; False if it exited because its port was taken."""
         env = dict(os.environ, BRIGADE_ADMIN_KEY=KEY, BRIGADE_RAY_NUM_CPUS="4",
-                   BRIGADE_POLL_INTERVAL_S="0.2", BRIGADE_SECRET="e2e-secret-0123456789abcdef")
+                   BRIGADE_POLL_INTERVAL_S="0.2", BRIGADE_SECRET="e2e-secret-0123456789abcdef",
+                   # No Hugging Face export of every job that succeeds (a Ray task that imports
+                   # torch, seconds of CPU each): the modules that check that export ask for it.
+                   BRIGADE_EXPORT_ON_SUCCESS="")
         env.update(self.extra_env)
         self.log_path = self.data_dir / f"serve-{time.time():.0f}.log"
         log = open(self.log_path, "ab")
@@ -102,6 +120,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.http.close()
+        if self.shared and self._found is not None:
+            _clean_shared_cluster(self.ray_address, *self._found)
         if not self.ray_address:
             from service.run.ray_cluster import LocalRayCluster
 
@@ -142,6 +162,40 @@ class Server:
         r = self.http.get(path)
         assert r.status_code == 200, r.text
         return r.json()
+
+
+def _shared_cluster_state() -> tuple[set[str], float]:
+    """(the live placement groups' ids, the free CPUs) of this process's Ray cluster."""
+    import ray
+
+    live = {i for i, info in ray.util.placement_group_table().items() if info["state"] != "REMOVED"}
+    return live, ray.available_resources().get("CPU", 0.0)
+
+
+def _clean_shared_cluster(address: str, placement_groups: set[str], cpus: float,
+                          within_s: float = 30) -> None:
+    """Remove what a stopped server left on this process's cluster: its actors (the
+    service's namespace: its groups' ranks, its pool's, its fork servers') and the
+    placement groups made since it started; then wait for the CPUs to be free again."""
+    import ray
+    from ray.util.placement_group import PlacementGroup
+    from ray.util.state import list_actors
+
+    from service.run.ray_cluster import NAMESPACE
+
+    alive = [("state", "=", "ALIVE"), ("ray_namespace", "=", NAMESPACE)]
+    for actor in list_actors(address=address, filters=alive, limit=10_000, raise_on_missing_output=False):
+        if actor.name:
+            try:
+                ray.kill(ray.get_actor(actor.name, namespace=NAMESPACE))
+            except ValueError:
+                pass  # gone meanwhile
+    for pg_id, info in ray.util.placement_group_table().items():
+        if info["state"] != "REMOVED" and pg_id not in placement_groups:
+            ray.util.remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+    deadline = time.monotonic() + within_s
+    while ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def spec(steps: int, workers=2, **extra) -> dict:

@@ -41,8 +41,8 @@ LLAMA = {"name": "dash-llama", "workers": 1, "resources_per_worker": {"cpu": 1},
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("dashboard")).start()
+def server(tmp_path_factory, shared_ray):
+    srv = Server(tmp_path_factory.mktemp("dashboard"), ray_address=shared_ray, shared=True).start()
     yield srv
     srv.stop()
 

@@ -73,8 +73,10 @@ def run_as_written(example: Path, server: Server, workdir: Path, timeout_s: floa
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("examples")).start()
+def server(tmp_path_factory, shared_ray):
+    # the example jobs check the export made when they succeed
+    srv = Server(tmp_path_factory.mktemp("examples"), env={"BRIGADE_EXPORT_ON_SUCCESS": "float32"},
+                 ray_address=shared_ray, shared=True).start()
     yield srv
     srv.stop()
 

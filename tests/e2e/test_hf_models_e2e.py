@@ -31,7 +31,7 @@ SECRET = "e2e-secret-0123456789abcdef"  # the harness's BRIGADE_SECRET
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, shared_ray):
     data_dir = tmp_path_factory.mktemp("hf")
     base = data_dir / "data-store" / "tenants" / "admin" / "data" / "tiny-llama"
     hf_llama(base)
@@ -40,7 +40,8 @@ def server(tmp_path_factory):
     config = json.loads((base / "config.json").read_text())
     (base / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 128}))
     hf_tokenizer(base)
-    srv = Server(data_dir).start()
+    srv = Server(data_dir, env={"BRIGADE_EXPORT_ON_SUCCESS": "float32"},  # checked on success
+                 ray_address=shared_ray, shared=True).start()
     yield srv
     srv.stop()
 

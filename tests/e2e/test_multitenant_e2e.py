@@ -20,8 +20,8 @@ pytestmark = pytest.mark.timeout(900)  # whole flows on a 2-core machine
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("tenants"), env={
+def server(tmp_path_factory, shared_ray):
+    srv = Server(tmp_path_factory.mktemp("tenants"), ray_address=shared_ray, shared=True, env={
         "BRIGADE_PREEMPTION_GRACE_S": str(GRACE_S),
         "BRIGADE_RATE_LIMIT_PER_S": "1000", "BRIGADE_RATE_LIMIT_BURST": "1000",
         # Fair share is measured in worker-seconds from STARTING to SUCCEEDED: with a warm

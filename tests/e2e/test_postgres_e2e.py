@@ -25,8 +25,9 @@ def postgres_url(postgres_database):  # noqa: F811 - the fixture imported above
     return url
 
 
-def test_a_job_runs_to_success_with_the_store_on_postgres(postgres_url, tmp_path):
-    server = Server(tmp_path, env={"BRIGADE_DATABASE_URL": postgres_url}).start()
+def test_a_job_runs_to_success_with_the_store_on_postgres(postgres_url, tmp_path, shared_ray):
+    server = Server(tmp_path, env={"BRIGADE_DATABASE_URL": postgres_url}, ray_address=shared_ray,
+                    shared=True).start()
     try:
         job = server.submit(spec(STEPS, workers=2))
         done = server.wait(job["id"], lambda j: j["state"] == "SUCCEEDED", 180)

@@ -1,6 +1,7 @@
 """The README's quick start, as written: the shell lines a new user types
 after `make serve` (the block after the README's `<!-- quick start: ... -->`
-marker) run one by one, literally, in bash from the checkout's root, against a
+marker) run one by one, literally, in bash from a directory that holds the checkout's
+`.venv` and `docs` (so what they write stays out of the checkout), against a
 fresh `brigade serve` (tests/e2e/serve_harness.py: its own port, data dir and
 local Ray head). The CLI is told nothing but where that serve keeps its data
 (BRIGADE_DATA_DIR, what `.data/` is for a user): it finds the URL and the
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -47,19 +47,22 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def test_the_readme_quick_start_runs_as_written(server, tmp_path, request):
+def test_the_readme_quick_start_runs_as_written(server, tmp_path):
     assert (ROOT / ".venv" / "bin" / "brigade").exists(), "the quick start runs .venv/bin/brigade"
     env = {k: v for k, v in os.environ.items()
            if k not in ("BRIGADE_URL", "BRIGADE_API_KEY", "BRIGADE_ADMIN_KEY", "BRIGADE_PROFILE")}
     env |= {"BRIGADE_DATA_DIR": str(server.data_dir),  # what ./.data is to a user
             "BRIGADE_CONFIG": str(tmp_path / "no-profiles.yaml"), "COLUMNS": "120"}
     said = []
-    corpus = ROOT / "corpus"  # what the first line writes in the checkout, as for a user
-    shutil.rmtree(corpus, ignore_errors=True)
-    request.addfinalizer(lambda: shutil.rmtree(corpus, ignore_errors=True))
+    # The checkout as a user's shell sees it (its .venv and docs/), in a directory of the test's
+    # own: what the lines write (the first one's corpus/) stays out of the checkout.
+    home = tmp_path / "checkout"
+    home.mkdir()
+    for name in (".venv", "docs"):
+        (home / name).symlink_to(ROOT / name)
     for line in quick_start((ROOT / "README.md").read_text()):
         started = time.monotonic()
-        ran = subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True,
+        ran = subprocess.run(["bash", "-c", line], cwd=home, env=env, capture_output=True,
                              text=True, timeout=180)
         print(f"{time.monotonic() - started:.1f} s: {line}")  # pytest -s: where the minute goes
         said.append((line, ran))
@@ -78,7 +81,7 @@ def test_the_readme_quick_start_runs_as_written(server, tmp_path, request):
     # The Llama trained as its YAML says: WSD's lr in every row (warmup to 0.003, stable, then
     # a cosine decay over the last quarter), a held-out eval every 10 steps, the loss down.
     job_id = submitted.stdout.split()[0]
-    shown = subprocess.run([".venv/bin/brigade", "metrics", job_id, "-o", "json"], cwd=ROOT, env=env,
+    shown = subprocess.run([".venv/bin/brigade", "metrics", job_id, "-o", "json"], cwd=home, env=env,
                            capture_output=True, text=True, timeout=60)
     rows = json.loads(shown.stdout)
     rows = rows["items"] if isinstance(rows, dict) else rows

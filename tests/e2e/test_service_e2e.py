@@ -15,8 +15,9 @@ from tests.e2e.serve_harness import Server, losses_by_step, spec
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("brigade"), env={"BRIGADE_LOG_FORMAT": "json"}).start()
+def server(tmp_path_factory, shared_ray):
+    srv = Server(tmp_path_factory.mktemp("brigade"), env={"BRIGADE_LOG_FORMAT": "json"},
+                 ray_address=shared_ray, shared=True).start()
     yield srv
     srv.stop()
 
