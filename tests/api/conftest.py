@@ -84,6 +84,6 @@ def store(supervisor):
 
 
 def pytest_collection_modifyitems(items):
-    for item in items:  # whatever stands on the supervisor needs the session's Ray cluster
-        if "supervisor" in getattr(item, "fixturenames", ()):
+    for item in items:  # whatever stands on the session's Ray cluster (the `supervisor` here does)
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)

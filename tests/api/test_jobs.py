@@ -177,3 +177,20 @@ def test_resume_at_a_size_the_job_cannot_run_at_is_refused(client):
     with pytest.raises(BrigadeError) as caught:
         client.resume(job.id, workers=9)  # the global batch of 8 has no sample for a ninth
     assert caught.value.status == 422 and "world size (9)" in caught.value.message
+
+
+@pytest.mark.parametrize("body, names", [
+    ({"workers": 0}, "workers"),
+    ({"workers": "two"}, "workers"),
+    ({"nodes": 2}, "nodes"),
+    ([2], "body"),
+], ids=["zero", "string", "unknown-field", "list"])
+def test_malformed_resume_body_is_refused(http, body, names):
+    """(Beside the submit's refusals in test_spec_validation.py: this one needs a job.)"""
+    job = http.post("/v1/jobs", json={"model": {"n_layers": 2, "d_model": 64, "n_heads": 4},
+                                      "train": {"steps": 5}}).json()
+    response = http.post(f"/v1/jobs/{job['id']}/resume", json=body)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    error = response.json()["error"]
+    assert names in error["message"], error
+    assert set(error) <= {"message", "field"}
