@@ -57,23 +57,27 @@ def _live_placement_groups() -> dict[str, str]:
             if info.get("state") != "REMOVED"}
 
 
-@pytest.fixture(autouse=True)
-def leaves_the_cluster_as_found(request):
-    """A test on the session's Ray cluster leaves it as it found it: every
-    placement group it made is gone and every CPU free again once it ends (within
-    LEAK_GRACE_S). One that leaked fails, naming what it left, and what it left is
-    removed, so that the tests after it find the cluster whole (a leaked group
-    holding one of the 4 CPUs fails every later test that places 4 ranks)."""
-    if "ray_cluster" not in request.fixturenames or "shared_ray" in request.fixturenames:
-        # (a `brigade serve` on the cluster, shared by a module's tests, may run a job from one
-        # test into the next: what it leaves is removed when it stops, serve_harness.Server.stop)
-        yield
-        return
+@pytest.fixture(scope="module", autouse=True)
+def leaves_the_cluster_as_found():
+    """A module that used the session's Ray cluster leaves it as it found it:
+    every placement group its tests made is gone and every CPU free again once
+    its last test and its fixtures end (within LEAK_GRACE_S). One that leaked
+    fails (its last test, in teardown), naming what it left, and what it left is
+    removed, so that the modules after it find the cluster whole (a group left
+    holding one of the 4 CPUs fails every later test that places 4 ranks). By
+    module, not by test: a module may keep a group or a server's job from one
+    test to the next."""
     import ray
+
+    if ray.is_initialized():
+        before, cpus = set(_live_placement_groups()), ray.available_resources().get("CPU", 0.0)
+    else:  # the session cluster, if this module starts it, starts empty
+        before, cpus = set(), float(RAY_CPUS)
+    yield
+    if not ray.is_initialized():
+        return
     from ray.util.placement_group import PlacementGroup
 
-    before, cpus = set(_live_placement_groups()), ray.available_resources().get("CPU", 0.0)
-    yield
     deadline = time.monotonic() + LEAK_GRACE_S
     while True:
         left = {i: n for i, n in _live_placement_groups().items() if i not in before}
@@ -84,7 +88,7 @@ def leaves_the_cluster_as_found(request):
     for pg_id in left:
         ray.util.remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
     if left or free < cpus:
-        pytest.fail(f"the test left the session's Ray cluster other than it found it: placement "
+        pytest.fail(f"this module left the session's Ray cluster other than it found it: placement "
                     f"groups {sorted(left.values())} (now removed), {free:g} of {cpus:g} CPUs free",
                     pytrace=False)
 
