@@ -3,7 +3,13 @@
 fresh database per test, real processes killed and stopped by signals):
 
 - both replicas serve the whole API, and actions sent to a follower take
-  effect; replicas started at the same instant migrate once;
+  effect; replicas started at the same instant migrate once (one of them runs
+  every revision, its log says so; the other runs none);
+- docs/deploy.md's "Rolling an upgrade", step by step: a new replica started
+  beside them migrates nothing more and follows while the old ones serve and
+  the leader keeps its term; an old follower stopped by SIGTERM; the leader
+  drained last gives its lease up, and a new replica leads, reattached to the
+  running job (no restart, no second launch), named by every replica's /readyz;
 - the leader SIGKILLed mid-training and mid-save: another leads within
   BRIGADE_LEASE_S + 5 s, the running jobs keep their rank processes (restarts
   0, the same attempt), a job queued meanwhile is admitted, an action sent
@@ -15,13 +21,19 @@ suite's (tests/chaos/test_chaos_leader.py).
 
 from __future__ import annotations
 
+import re
+import signal
+import threading
 import time
 
 import httpx
 import pytest
+from alembic.script import ScriptDirectory
 
+from service.store.store import alembic_config
 from tests.e2e.replica_harness import (
     FAILOVER_S,
+    LEASE_S,
     Replica,
     Replicas,
     query,
@@ -88,6 +100,30 @@ def metric_rows(replicas: Replicas, job_id: str) -> list[tuple[int, int]]:
                  "ORDER BY step", id=job_id)
 
 
+def lease(replicas: Replicas) -> tuple[str | None, int]:
+    """(holder, fencing token) of the control plane's lease row, read directly."""
+    [(holder, token)] = query(replicas.database_url, "SELECT holder, token FROM leader_lease "
+                              "WHERE name = 'control-plane'")
+    return holder, token
+
+
+# -- what the logs say ----------------------------------------------------------------
+
+UPGRADE = re.compile(r"Running upgrade (\S*) -> (\S+?),")  # Alembic's line for each revision run
+
+
+def revisions() -> list[tuple[str, str]]:
+    """(from, to) of each of the store's revisions, oldest first ('' before the first)."""
+    chain = list(reversed(list(ScriptDirectory.from_config(alembic_config()).walk_revisions())))
+    return [(r.down_revision or "", r.revision) for r in chain]
+
+
+def migrated_by(replica: Replica) -> list[tuple[str, str]]:
+    """(from, to) of each revision the replica's log says it ran, in order."""
+    text = "".join(log.read_text(errors="replace") for log in sorted(replica.data_dir.glob("serve-*.log")))
+    return UPGRADE.findall(text)
+
+
 # -- what the API says ----------------------------------------------------------------
 
 
@@ -147,8 +183,14 @@ def assert_kept_training(replicas: Replicas, leader: Replica, job_id: str, pids:
 
 
 def test_both_replicas_serve_the_api_and_a_followers_actions_take_effect(replicas, tmp_path):
-    # Started at the same instant on an empty database: both up, migrated once, one leader.
-    assert len(query(replicas.database_url, "SELECT version_num FROM alembic_version")) == 1
+    # Started at the same instant on an empty database: both up, migrated once (one
+    # replica ran every revision, each once; the other, having waited for the
+    # migrations' lock, found nothing to run), one leader.
+    ran = {r.name: migrated_by(r) for r in replicas}
+    assert sorted(map(len, ran.values())) == [0, len(revisions())], ran
+    assert [steps for steps in ran.values() if steps] == [revisions()], ran
+    assert query(replicas.database_url, "SELECT version_num FROM alembic_version") == [
+        (revisions()[-1][1],)]
     leader = replicas.leader()
     follower = replicas.followers(leader)[0]
     said = follower.readyz()
@@ -185,14 +227,101 @@ def test_both_replicas_serve_the_api_and_a_followers_actions_take_effect(replica
     by = {(e[0], e[1]) for e in events(replicas, long)}
     assert {r for s, r in by if s == "STARTING"} == {leader.name}, by
     assert {r for _, r in by} <= {leader.name, follower.name}, by
+    # A replica started later beside them (an upgrade's new pod): test_a_rolling_upgrade's.
 
-    # A replica started later beside them (an upgrade's new pod): a follower; nothing migrated again.
-    late = replicas.make("r2")
-    replicas.replicas.append(late)
-    late.start()
-    assert late.readyz()["role"] == "follower"
-    assert replicas.leader() is leader
-    assert len(query(replicas.database_url, "SELECT version_num FROM alembic_version")) == 1
+
+def start_beside(replicas: Replicas, name: str, watched: list[Replica]) -> tuple[Replica, list]:
+    """Start one more replica of the deployment, reading the /readyz of each of
+    `watched` all the while: (the new replica, each (name, status, answer) read)."""
+    new = replicas.make(name)
+    replicas.replicas.append(new)
+    seen: list[tuple[str, int, dict]] = []
+    started = threading.Event()
+
+    def watch() -> None:
+        while not started.is_set():
+            for r in watched:
+                try:
+                    answer = httpx.get(f"{r.url}/readyz", timeout=10)
+                    seen.append((r.name, answer.status_code, answer.json()))
+                except httpx.HTTPError as e:
+                    seen.append((r.name, 0, {"error": repr(e)}))
+            started.wait(0.25)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        new.start()
+    finally:
+        started.set()
+        watcher.join()
+    return new, seen
+
+
+def stop_gracefully(replica: Replica) -> int:
+    """SIGTERM to the replica's server, as a rollout stops a pod: its exit status
+    once it has gone (0 or SIGTERM's number: it ran its shutdown; -SIGTERM
+    would be the signal's default, a death with no shutdown)."""
+    replica.proc.send_signal(signal.SIGTERM)
+    code = replica.proc.wait(timeout=60)
+    replica.stop()  # whatever it left
+    return code
+
+
+def test_a_rolling_upgrade_as_docs_deploy_md_has_it(replicas):
+    """docs/deploy.md's "Rolling an upgrade", its steps in its order, on two
+    replicas. The suite has one version of Brigade, so the "new" replicas are
+    of the same one: they find no migration to run (that one replica runs the
+    migrations, once, under their lock, is test_both_replicas_serve_the_api's)."""
+    leader = replicas.leader()
+    old_follower = replicas.followers(leader)[0]
+    holder, term = lease(replicas)
+    assert holder == leader.name
+    version = query(replicas.database_url, "SELECT version_num FROM alembic_version")
+
+    # 1. A new replica beside the old ones: it migrates nothing more, and follows;
+    #    meanwhile the old ones answer and the leader keeps leading, in the same term.
+    new, seen = start_beside(replicas, "r2", [leader, old_follower])
+    assert new.readyz()["role"] == "follower" and new.readyz()["leader"] == leader.name
+    assert migrated_by(new) == []
+    assert query(replicas.database_url, "SELECT version_num FROM alembic_version") == version
+    assert {r for r, _, _ in seen} == {leader.name, old_follower.name}, seen
+    assert {(r, code, said.get("role"), said.get("leader")) for r, code, said in seen} == {
+        (leader.name, 200, "leader", leader.name),
+        (old_follower.name, 200, "follower", leader.name)}, seen
+    assert lease(replicas) == (leader.name, term)
+
+    # 2. Once it is ready, an old follower stopped (SIGTERM): it goes, the leader
+    #    leads on in the same term. Then again: a second new replica, and only the old
+    #    leader is left of the old ones.
+    assert stop_gracefully(old_follower) in (0, signal.SIGTERM), old_follower.log_tail()
+    assert replicas.leader() is leader and lease(replicas) == (leader.name, term)
+    newer, _ = start_beside(replicas, "r3", [])
+    assert newer.readyz()["role"] == "follower" and migrated_by(newer) == []
+
+    # A job running on the old leader's watch, launched by it.
+    job = newer.submit(spec(LONG, workers=2))["id"]
+    leader.wait(job, lambda j: j["state"] == "RUNNING" and j["step"] >= 2, 120)
+    pids = rank_pids(leader, job)
+    launched = attempt(replicas, job)
+
+    # 3. The leader drained last: stopped, it gives its lease up (the row names no
+    #    one, or already its successor: not the old leader, left to run out); a new
+    #    replica leads, reconciles and reattaches to the running job.
+    assert stop_gracefully(leader) in (0, signal.SIGTERM), leader.log_tail()
+    stopped = time.monotonic()
+    assert lease(replicas)[0] in (None, new.name, newer.name), lease(replicas)
+    successor = replicas.leader(timeout_s=FAILOVER_S, other_than=leader)
+    took = time.monotonic() - stopped
+    # At a follower's next try (every third of the lease), not after the lease ran out.
+    assert successor in (new, newer) and took < LEASE_S, f"{successor.name} led after {took:.1f} s"
+    assert lease(replicas)[1] > term
+    assert successor.job(job)["step"] < LONG, "the job ended before its leader was drained"
+    others = [r for r in (new, newer) if r is not successor]
+    assert [r.readyz()["leader"] for r in (new, newer)] == [successor.name] * 2
+    assert [prometheus_leader(successor)] + [prometheus_leader(r) for r in others] == [1.0, 0.0]
+    assert rank_pids(successor, job) == pids  # the same ranks: no restart
+    assert_kept_training(replicas, successor, job, pids, launched)  # once launched, reattached
 
 
 def test_the_leader_killed_mid_training_and_mid_save(replicas):

@@ -3,7 +3,8 @@ the test controls: every open connection closed, new ones refused) stops
 leading within its lease, by itself; another replica, which still reaches
 the database, leads once the lease has run out on the database's clock; the
 cut-off leader's writes are refused, and when its connections come back it
-follows (the lease is the other's)."""
+follows (the lease is the other's), and leads again, in a new term, once the
+other stops."""
 
 from __future__ import annotations
 
@@ -87,6 +88,15 @@ def wait_for(condition, timeout_s: float) -> float:
     return time.monotonic() - started
 
 
+def holder_or_none(leadership: Leadership) -> str | None:
+    """Who holds the lease, as `leadership`'s own store reads it (None while it
+    cannot reach the database)."""
+    try:
+        return leadership.holder()
+    except Exception:
+        return None
+
+
 @pytest.fixture
 def database():
     with fresh_database("brigade_cut") as url:
@@ -100,7 +110,9 @@ def test_a_leader_cut_off_from_the_database_steps_down_and_another_leads(databas
     cut_off = JobStore(direct.set(host="127.0.0.1", port=proxy.port))
     other = JobStore(database)
     lost: list[str] = []
-    a = Leadership(cut_off.leases, "a", LEASE_S, on_lost=lost.append).start()
+    gained: list[int] = []
+    a = Leadership(cut_off.leases, "a", LEASE_S, on_gained=gained.append,
+                   on_lost=lost.append).start()
     b = Leadership(other.leases, "b", LEASE_S).start()
     try:
         wait_for(lambda: a.is_leader, 5)
@@ -116,12 +128,24 @@ def test_a_leader_cut_off_from_the_database_steps_down_and_another_leads(databas
         wait_for(lambda: b.is_leader, LEASE_S + 5)
         assert time.monotonic() - cut_at <= LEASE_S + 5  # the issue's bound
         assert b.holder() == "b" and lost
+        b_token = b.token
+        assert b_token is not None and b_token > gained[0]
         proxy.restore()
-        time.sleep(LEASE_S)  # a reaches the database again: it finds the lease b's
-        assert not a.is_leader and b.is_leader and a.holder() == "b"
+        # a reaches the database again (its own reads, through the proxy): it finds
+        # the lease b's, and follows.
+        wait_for(lambda: holder_or_none(a) == "b", 10)
+        assert not a.is_leader and b.is_leader and len(gained) == 1
         with pytest.raises(Deposed):
             leader_writes.note(job.id, "a write of the old term after the cut healed")
         assert [e.reason for e in other.events(job.id)][-1] == "written by a while it leads"
+        # b stops (giving the lease up): a, reconnected, leads again at its next try, in
+        # a new term (gained again, with a token above b's), and its writes are taken.
+        b.stop()
+        assert wait_for(lambda: a.is_leader and len(gained) == 2, LEASE_S + 2) <= LEASE_S
+        assert gained[1] > b_token and a.token == gained[1] and a.holder() == "a", gained
+        leader_writes.note(job.id, "written by a in its new term")
+        assert [e.reason for e in other.events(job.id)][-2:] == [
+            "written by a while it leads", "written by a in its new term"]
     finally:
         a.stop()
         b.stop()
