@@ -162,13 +162,18 @@ def test_a_token_past_the_vocabulary_fails_the_job_naming_the_shard_without_rest
     assert "not restarted" in done.error
 
 
+WAITING_STATES = ("QUEUED", "STARTING", "RUNNING")
+
+
 def test_jobs_wait_on_jobs_prepare_then_train_then_fine_tune(live):
     """A chain submitted at once: a training job `after` the preparation of
     the dataset it reads (not there yet at submit: not refused for it), a
     fine-tune from that job's checkpoint (`init.job`, still to run), each
-    waiting QUEUED with its reason and no expected start; a job waiting on a
-    cancelled one fails naming it."""
+    waiting QUEUED with its reason (the job it waits for, as it is) and no
+    expected start, and each starting only after the one it waits on ended
+    (the jobs' own events); a job waiting on a cancelled one fails naming it."""
     import time
+    from datetime import datetime
 
     client, http, data, _ = live
     prepare_job = http.post("/v1/datasets", json=request(data, "chained", workers=1)).json()
@@ -183,23 +188,70 @@ def test_jobs_wait_on_jobs_prepare_then_train_then_fine_tune(live):
     blocker = http.post("/v1/jobs", json={**spec, "name": "blocker",
                                           "after": [tuned.json()["id"]]}).json()
     doomed = http.post("/v1/jobs", json={**spec, "name": "doomed", "after": [blocker["id"]]}).json()
+    chain = {prepare_job["id"]: None, trained.json()["id"]: prepare_job["id"],
+             tuned.json()["id"]: trained.json()["id"]}  # each job: the one it waits on
+    seen: dict[str, list[tuple[str, str | None]]] = {job_id: [] for job_id in chain}
+
+    def look() -> dict[str, dict]:
+        """Each chained job as it is now, noting each waiting reason of a queued one."""
+        views = {job_id: http.get(f"/v1/jobs/{job_id}").json() for job_id in chain}
+        for job_id, view in views.items():
+            if view["state"] == "QUEUED" and view["waiting"] is not None and \
+                    (view["waiting"], view["expected_start"]) not in seen[job_id]:
+                seen[job_id].append((view["waiting"], view["expected_start"]))
+        return views
 
     deadline = time.monotonic() + 30
     while (job := http.get(f"/v1/jobs/{doomed['id']}").json())["waiting"] is None:
         assert time.monotonic() < deadline, job
+        look()
         time.sleep(0.05)
     assert job["waiting"] == f"waiting for {blocker['id']} (QUEUED)" and job["state"] == "QUEUED"
     assert job["expected_start"] is None and job["expected_start_reason"] in (None, job["waiting"])
     client.cancel(blocker["id"])
-    states = [e.state for e in client.follow(doomed["id"]) if isinstance(e, JobProgress)]
-    assert states[-1] is JobState.FAILED
-    assert client.get(doomed["id"]).error == f"dependency {blocker['id']} CANCELLED"
+    deadline = time.monotonic() + 30
+    while (job := http.get(f"/v1/jobs/{doomed['id']}").json())["state"] != "FAILED":
+        assert time.monotonic() < deadline, job
+        look()
+        time.sleep(0.05)
+    assert job["error"] == f"dependency {blocker['id']} CANCELLED"
+
+    deadline = time.monotonic() + 180
+    while (views := look())[tuned.json()["id"]]["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        assert time.monotonic() < deadline, views
+        time.sleep(0.05)
+    for view in views.values():
+        assert view["state"] == "SUCCEEDED", view
+
+    def events(job_id: str) -> list[dict]:
+        return http.get(f"/v1/jobs/{job_id}/events").json()
+
+    def when(event: dict) -> tuple[int, datetime]:
+        return event["id"], datetime.fromisoformat(event["time"])
+
+    def first(job_id: str, state: str) -> dict:
+        return next(e for e in events(job_id) if e["to_state"] == state and e["from_state"] != state)
+
+    for job_id, waits_on in chain.items():
+        if waits_on is None:
+            continue
+        # It started after the one it waits on ended: by the events' order and their times.
+        ended, began = first(waits_on, "SUCCEEDED"), first(job_id, "STARTING")
+        assert when(ended)[0] < when(began)[0] and when(ended)[1] <= when(began)[1], (ended, began)
+        # While it waited, its reason named that job, as that job was, and no start was expected.
+        reasons = seen[job_id]
+        assert reasons, f"{job_id} was never seen waiting"
+        allowed = {f"waiting for {waits_on} ({state})" for state in WAITING_STATES}
+        assert reasons[0][0] in allowed, reasons
+        waits = [i for i, (why, _) in enumerate(reasons) if why in allowed]
+        # what follows its dependency's end can only be the cluster's room, never another job
+        assert all(why.startswith("capacity: ") for why, _ in reasons[waits[-1] + 1:]), reasons
+        assert all(reasons[i][1] is None for i in waits), reasons
+        assert len(waits) == waits[-1] + 1, reasons
+    for job_id in (blocker["id"], doomed["id"]):  # never started
+        assert "STARTING" not in [e["to_state"] for e in events(job_id)]
 
     tuned_id = tuned.json()["id"]
-    states = [e.state for e in client.follow(tuned_id) if isinstance(e, JobProgress)]
-    assert states[-1] is JobState.SUCCEEDED, client.get(tuned_id).error
-    for job_id in (prepare_job["id"], trained.json()["id"]):
-        assert client.get(job_id).state is JobState.SUCCEEDED
-    reasons = [e["reason"] for e in http.get(f"/v1/jobs/{tuned_id}/events").json()]
+    reasons = [e["reason"] for e in events(tuned_id)]
     assert (f"init.job {trained.json()['id']} succeeded: the job starts from its latest "
             "committed step, 2") in reasons, reasons

@@ -1,13 +1,14 @@
 """Sweeps over real HTTP: the 422s that name the field, 404 across tenants on
-every route (the admin sees all), idempotency and the audit trail, and one
-small real sweep whose trials run on the session's Ray cluster, driven and read
-through the `brigade sweep` commands. One started supervisor and one server
-for the module."""
+every route (the admin sees all), idempotency and the audit trail, and the
+README's example sweep (docs/examples/sweep-lr.yaml: TPE, ASHA) run for real
+on the session's Ray cluster, driven and read through the `brigade sweep`
+commands. One started supervisor and one server for the module."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,11 +34,12 @@ SWEEP = {
     "max_trials": 2, "max_concurrent": 1,
 }
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "sweep-lr.yaml"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, ray_cluster):
-    supervisor = make_supervisor(tmp_path_factory.mktemp("sweeps"))
+    supervisor = make_supervisor(tmp_path_factory.mktemp("sweeps"), export_on_success="")
     supervisor.start()
     try:
         with LiveServer(create_app(supervisor)) as live:
@@ -79,7 +81,8 @@ def test_refusals_name_the_field(http):
     error = refused(http, SWEEP | {"base": TRIAL | {"train": {"steps": 3, "stepz": 1}}})
     assert error["field"] == "base.train.stepz", error
     error = refused(http, SWEEP | {"space": {"train.nonsense": {"grid": [1, 2]}}})
-    assert error["field"].startswith("space"), error
+    assert error["field"] == "space.train.nonsense", error
+    assert "train.nonsense" in error["message"], error
     assert http.get("/v1/sweeps?state=NONSENSE").status_code == 422
 
 
@@ -150,13 +153,21 @@ def test_a_point_that_makes_the_spec_invalid_is_a_failed_trial(http):
     assert view["best"] is None
 
 
-def test_a_real_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
-    """Two tiny trials on Ray, one at a time: `brigade sweep submit -f` follows
-    them to SUCCEEDED; their jobs are `GET /v1/jobs?sweep=ID`; `brigade sweep
-    best` prints the best params as YAML with its job."""
+def test_the_example_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
+    """docs/examples/sweep-lr.yaml as the README runs it: `brigade sweep
+    submit -f` follows its 6 trials (TPE, 2 at a time) on Ray to SUCCEEDED;
+    each trial is a job of the sweep's (`GET /v1/jobs?sweep=ID`) that ended
+    SUCCEEDED at its last step or PRUNED by ASHA at a rung; `brigade sweep
+    best` prints the best succeeded trial's params as YAML with its job.
+
+    Which trial ASHA prunes is fixed, whatever the timing: seed 0 samples one
+    learning rate (trial 5's, 1.6e-4) more than 5x below every other trial's,
+    and at every step from 4 to 24 its loss stays above what each of the three
+    fastest learners has at any step from 4 on (measured: 4.957 against at
+    most 4.903), so at its first rung it is behind the half that goes on,
+    whichever of the others have reached the rung before it."""
     monkeypatch.chdir(tmp_path)
-    spec_file = tmp_path / "sweep.yaml"
-    spec_file.write_text(yaml.safe_dump(SWEEP))
+    example = yaml.safe_load(EXAMPLE.read_text())
     env = {"BRIGADE_URL": server.url, "BRIGADE_API_KEY": ADMIN_KEY, "BRIGADE_ADMIN_KEY": None,
            "BRIGADE_CONFIG": str(tmp_path / "none.yaml")}
     runner = CliRunner()
@@ -164,30 +175,57 @@ def test_a_real_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
     def brigade(*args):
         return runner.invoke(app, list(args), env=env)
 
-    followed = brigade("sweep", "submit", "-f", str(spec_file))
+    followed = brigade("sweep", "submit", "-f", str(EXAMPLE))
     assert followed.exit_code == 0, followed.output
     sweep_id = followed.stdout.split()[0]
-    assert "SUCCEEDED" in followed.stderr and "best: trial" in followed.stderr
+    assert sweep_id.startswith("s-") and f"sweep {sweep_id}: SUCCEEDED" in followed.stderr
+    assert "best: trial" in followed.stderr and "pruned at step" in followed.stderr
 
     view = http.get(f"/v1/sweeps/{sweep_id}").json()
-    assert view["state"] == "SUCCEEDED" and view["counts"]["SUCCEEDED"] == 2
-    trials = {t["job"]: t for t in view["trials"]}
-    jobs = http.get("/v1/jobs", params={"sweep": sweep_id}).json()["items"]
-    assert sorted(j["id"] for j in jobs) == sorted(trials)
-    assert sorted(j["name"] for j in jobs) == ["lr-t0", "lr-t1"]
-    assert all(j["sweep"] == sweep_id and j["state"] == "SUCCEEDED" for j in jobs)
-    assert sorted(t["params"]["train.lr"] for t in view["trials"]) == [0.001, 0.01]
+    trials = view["trials"]
+    steps = example["base"]["train"]["steps"]
+    assert view["state"] == "SUCCEEDED" and view["counts"]["total"] == len(trials) == 6
+    assert [t["name"] for t in trials] == [f"lr-t{n}" for n in range(6)]
+    assert {t["state"] for t in trials} <= {"SUCCEEDED", "PRUNED"}, trials
+    for t in trials:
+        assert 1e-4 <= t["params"]["train.lr"] <= 3e-2 and t["params"]["train.weight_decay"] in (0.0, 0.1)
+    jobs = {j["id"]: j for j in http.get("/v1/jobs", params={"sweep": sweep_id}).json()["items"]}
+    assert sorted(jobs) == sorted(t["job"] for t in trials)
+    for t in trials:
+        job = jobs[t["job"]]
+        assert (job["name"], job["sweep"], job["state"]) == (t["name"], sweep_id, t["state"]), job
+        assert job["spec"]["train"]["lr"] == t["params"]["train.lr"]
+        if t["state"] == "SUCCEEDED":
+            assert job["step"] == steps and t["pruned_step"] is None, (job, t)
+            continue
+        # PRUNED at a rung (4, 8 or 16), before its last step, and its events say where
+        assert 4 <= t["pruned_step"] < steps and job["step"] < steps, (job, t)
+        reasons = [e["reason"] for e in http.get(f"/v1/jobs/{job['id']}/events").json()
+                   if e["to_state"] == "PRUNING"]
+        assert reasons and reasons[0].startswith(f"pruned at step {t['pruned_step']}: "), reasons
+        assert "asha pruner" in reasons[0], reasons
 
+    slowest = min(trials, key=lambda t: t["params"]["train.lr"])
+    others = [t["params"]["train.lr"] for t in trials if t is not slowest]
+    assert slowest["params"]["train.lr"] * 5 < min(others), trials  # what seed 0 samples
+    assert slowest["state"] == "PRUNED", trials
+
+    succeeded = [t for t in trials if t["state"] == "SUCCEEDED"]
+    winner = min(succeeded, key=lambda t: t["objective"])
+    assert view["best"] == {"job": winner["job"], "number": winner["number"],
+                            "params": winner["params"], "objective": winner["objective"]}
     best = brigade("sweep", "best", sweep_id)
     assert best.exit_code == 0, best.output
     shown = yaml.safe_load(best.stdout[best.stdout.index("sweep:"):])
-    assert shown["job"] == view["best"]["job"] and shown["params"] == view["best"]["params"]
-    assert shown["objective"] == min(t["objective"] for t in view["trials"])
+    assert shown == {"sweep": sweep_id, "job": winner["job"], "trial": winner["number"],
+                     "metric": "loss", "mode": "min", "objective": winner["objective"],
+                     "params": winner["params"]}
 
     status = brigade("sweep", "status", sweep_id)
     assert status.exit_code == 0, status.output
-    assert "SUCCEEDED" in status.stdout and f"best: trial {view['best']['number']}" in status.stdout
-    assert all(job in status.stdout for job in trials)
+    assert f"{sweep_id} (lr, tenant admin): SUCCEEDED, 6/6 trials" in status.stdout
+    assert f"best: trial {winner['number']}, job {winner['job']}" in status.stdout
+    assert all(job in status.stdout for job in jobs)
     as_json = brigade("sweep", "status", sweep_id, "-o", "json")
     assert json.loads(as_json.stdout[as_json.stdout.index("{"):])["id"] == sweep_id
     listed = brigade("sweep", "list", "-o", "json")
@@ -196,10 +234,7 @@ def test_a_real_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
 
 def test_the_example_sweep_is_a_valid_sweep():
     """docs/examples/sweep-lr.yaml, which the README runs with `brigade sweep submit`."""
-    from pathlib import Path
-
     from workers.spec.sweep import SweepSpec
 
-    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "sweep-lr.yaml"
-    spec = SweepSpec.model_validate(yaml.safe_load(example.read_text()))
+    spec = SweepSpec.model_validate(yaml.safe_load(EXAMPLE.read_text()))
     assert spec.pruner == "asha" and spec.trial_budget == spec.max_trials

@@ -2,8 +2,8 @@
 supervisor, without Ray: trial jobs are moved through their states by the
 test as a runner would, and their metrics rows written as the ranks would.
 The seam is the submit (`StoreJobs`): the job goes to the store directly,
-not through the cluster checks, which need Ray (tests/e2e/test_sweeps_e2e.py
-runs a sweep on Ray)."""
+not through the cluster checks, which need Ray (tests/service/sweeps/test_sweeps_on_ray.py
+and tests/api/test_sweeps.py run sweeps on Ray)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState as OptunaState
 
+from service.settings import Settings
 from service.states import JobState as S
 from service.store.errors import SweepNotFound, SweepUnfinished
 from service.store.sweep_records import SweepState, TrialState
@@ -21,7 +22,6 @@ from service.supervisor import Supervisor
 from service.sweeps.controller import idempotency_key
 from service.sweeps.service import SweepService
 from service.sweeps.study import distributions, open_storage, study_url
-from service.settings import Settings
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from workers.spec import JobSpec, SpecError
 from workers.spec.sweep import SweepSpec
@@ -170,6 +170,74 @@ def test_asha_prunes_a_trial_behind_the_others_and_the_next_one_starts(superviso
     assert third.job_id and third.state is TrialState.QUEUED  # the next trial at once
     trial = service.studies.study(sweep.study, spec).get_trials()[1]
     assert trial.state is OptunaState.PRUNED and trial.intermediate_values == {1: 9.0}
+
+
+def more_rows(store, job_id: str, rows: dict[int, float]) -> None:
+    """A running job's next metrics rows (step -> loss), as its ranks would write them."""
+    store.record_metrics(job_id, 1, [{"step": step, "loss": v} for step, v in rows.items()])
+    store.update_job(job_id, step=max(rows))
+
+
+def test_the_median_pruner_prunes_a_trial_behind_the_median_after_startup_and_warmup(supervisor):
+    """`pruner: median` (Optuna's MedianPruner): no trial is pruned before
+    `startup_trials` trials have finished, nor at a step before its
+    `warmup_steps`; after both, a trial whose best value is worse than the
+    finished trials' median at its step is pruned (PRUNING, `pruned at step N`
+    naming the median pruner) and one at or better than it runs on."""
+    service, _ = service_of(supervisor)
+    store = supervisor.store
+    spec = sweep_spec(max_trials=4, max_concurrent=2, pruner="median",
+                      pruner_options={"startup_trials": 2, "warmup_steps": 2},
+                      space={"train.lr": {"grid": [1e-3, 3e-3, 1e-2, 3e-2]}})
+    sweep, _ = service.submit("acme", spec, None)
+    service.run_pass()
+
+    def trial(number: int):
+        return store.sweeps.trials(sweep.id)[number]
+
+    behind = trial(1).job_id
+    run_job(store, behind, [9.0], end=None)  # far behind, but no trial has finished yet
+    service.run_pass()
+    assert (trial(1).state, store.get_job(behind).state) == (TrialState.RUNNING, S.RUNNING)
+
+    run_job(store, trial(0).job_id, [1.0, 0.8, 0.6, 0.5, 0.4, 0.3])
+    service.run_pass()
+    assert trial(0).state is TrialState.SUCCEEDED and trial(2).job_id  # the next one at once
+    more_rows(store, behind, {2: 9.0})  # one trial finished: still short of startup_trials (2)
+    service.run_pass()
+    assert (trial(1).state, store.get_job(behind).state) == (TrialState.RUNNING, S.RUNNING)
+
+    run_job(store, trial(2).job_id, [1.2, 1.0, 0.9, 0.8, 0.7, 0.6])
+    service.run_pass()
+    assert trial(2).state is TrialState.SUCCEEDED and trial(3).job_id
+    ahead = trial(3).job_id
+    run_job(store, ahead, [5.0], end=None)  # behind the median 1.1 at step 1: in its warmup
+    service.run_pass()
+    assert (trial(3).state, store.get_job(ahead).state) == (TrialState.RUNNING, S.RUNNING)
+
+    more_rows(store, behind, {3: 9.0})  # 9.0 against the median 0.75 at step 3: pruned
+    more_rows(store, ahead, {2: 0.85})  # 0.85 against the median 0.9 at step 2: runs on
+    service.run_pass()
+    pruned = trial(1)
+    assert (pruned.state, pruned.pruned_step, pruned.objective) == (TrialState.PRUNED, 3, 9.0)
+    assert store.get_job(behind).state is S.PRUNING  # its runner stops it, then PRUNED
+    reason = store.events(behind)[-1].reason
+    assert reason.startswith("pruned at step 3: sweep lr's median pruner: loss 9 "), reason
+    assert (trial(3).state, store.get_job(ahead).state) == (TrialState.RUNNING, S.RUNNING)
+    assert all(e.to_state is not S.PRUNING for e in store.events(ahead))
+
+    more_rows(store, ahead, {3: 0.7, 4: 0.5})
+    store.transition(ahead, S.SUCCEEDED, reason="ended by the test")
+    store.transition(behind, S.PRUNED, reason="its group stopped")
+    service.run_pass()
+    view = service.view("acme", sweep.id)
+    assert view["state"] == "SUCCEEDED"
+    assert [t["state"] for t in view["trials"]] == ["SUCCEEDED", "PRUNED", "SUCCEEDED", "SUCCEEDED"]
+    assert view["best"]["number"] == 0 and view["best"]["objective"] == 0.3
+    history = service.studies.study(sweep.study, spec).get_trials()
+    assert [t.state for t in history] == [OptunaState.COMPLETE, OptunaState.PRUNED,
+                                          OptunaState.COMPLETE, OptunaState.COMPLETE]
+    assert history[1].intermediate_values == {1: 9.0, 2: 9.0, 3: 9.0}
 
 
 def test_a_point_whose_spec_is_refused_is_a_failed_trial_and_the_sweep_ends(supervisor):

@@ -1,7 +1,8 @@
 """Sweeps run for real: a started supervisor's loop runs the controller's
 pass, its trials are jobs trained by rank actors on the session's Ray
 cluster. A grid sweep survives a restart of the control plane mid-sweep (a
-new supervisor on the same store) with no trial lost or doubled; ASHA prunes
+new supervisor on the same store) with no trial lost or doubled, the trials
+that were training reattached, not launched again; ASHA prunes
 a diverging trial, which stops PRUNED with its checkpoint kept."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from service.run.launch import group_name
 from service.states import JobState as S
 from service.store.sweep_records import SweepState, TrialState
 from service.supervisor import Supervisor
@@ -21,6 +23,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 BASE = {"workers": 1, "resources_per_worker": {"cpu": 1},
         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
         "train": {"steps": 3, "global_batch_size": 4}}
+# The restart test's trials: long enough that both first trials still train when the control
+# plane stops (they start up to a launch apart), on a machine twice as slow as this one too.
+RESTART_STEPS = 120
 
 
 def wait_for(read, until, timeout_s=180.0):
@@ -37,16 +42,28 @@ def started(supervisor: Supervisor) -> Supervisor:
 
 
 def test_a_grid_sweep_runs_its_trials_on_ray_across_a_restart(tmp_path):
+    """The control plane stops while the first two trials train; the new one
+    reattaches to their worker groups (their first attempt runs on: attempt 1,
+    no restart, one launch each), and the sweep ends with each trial once."""
     spec = SweepSpec.model_validate({
-        "name": "grid", "base": BASE, "sampler": "grid", "max_trials": 3, "max_concurrent": 2,
+        "name": "grid", "base": {**BASE, "train": {"steps": RESTART_STEPS, "global_batch_size": 4}},
+        "sampler": "grid", "max_trials": 3, "max_concurrent": 2,
         "space": {"train.lr": {"grid": [1e-3, 3e-3, 1e-2]}}, "objective": {"metric": "loss"}})
-    first = started(make_supervisor(tmp_path))
+    first = started(make_supervisor(tmp_path, export_on_success=""))
     store = first.store
     try:
         sweep, _ = first.sweeps.submit("acme", spec, None)
-        wait_for(lambda: store.sweeps.trials(sweep.id),
-                 lambda trials: len(trials) == 2 and all(t.job_id for t in trials))
+
+        def trial_jobs():
+            return [store.get_job(t.job_id) for t in store.sweeps.trials(sweep.id) if t.job_id]
+
+        wait_for(trial_jobs, lambda jobs: len(jobs) == 2
+                 and all(j.state is S.RUNNING and j.step >= 1 for j in jobs))
         first.stop()  # the control plane goes down mid-sweep: its jobs' groups live on
+        at_stop = trial_jobs()
+        # Still training as it stopped (RESTART_STEPS is long enough): each is reattached or
+        # relaunched by the next control plane, which is what this test tells apart.
+        assert all(j.state is S.RUNNING and j.step < RESTART_STEPS for j in at_stop), at_stop
         second = started(Supervisor(first.settings, store))  # a restart on the same store
         try:
             done = wait_for(lambda: store.sweeps.get(sweep.id), lambda s: s.state.is_terminal)
@@ -56,7 +73,17 @@ def test_a_grid_sweep_runs_its_trials_on_ray_across_a_restart(tmp_path):
         assert done.state is SweepState.SUCCEEDED, (done.error, view["trials"])
         jobs, total = store.list_jobs(tenant="acme", sweep=sweep.id)
         assert total == 3 and sorted(j.name for j in jobs) == ["grid-t0", "grid-t1", "grid-t2"]
-        assert all(j.state is S.SUCCEEDED and j.step == 3 for j in jobs)
+        assert all(j.state is S.SUCCEEDED and j.step == RESTART_STEPS for j in jobs)
+        for job in jobs:  # each launched once, its first attempt run to the end, every step once
+            events = store.events(job.id)
+            assert (job.attempt, job.restarts) == (1, 0), (job, [e.reason for e in events])
+            assert [e.to_state for e in events if e.from_state != e.to_state] == [
+                S.QUEUED, S.STARTING, S.RUNNING, S.SUCCEEDED], [e.reason for e in events]
+            assert [r["step"] for r in store.metrics(job.id)] == list(range(1, RESTART_STEPS + 1))
+        for job in at_stop:  # the two that trained across the restart: reattached
+            reasons = [e.reason for e in store.events(job.id)]
+            assert ("reconciled after a control-plane restart: reattached to worker group "
+                    f"{group_name(job.id, 1)}") in reasons, reasons
         assert view["counts"]["SUCCEEDED"] == view["counts"]["total"] == 3
         assert sorted(t["params"]["train.lr"] for t in view["trials"]) == [1e-3, 3e-3, 1e-2]
         for trial in view["trials"]:  # the objective: the newest row's loss
