@@ -46,8 +46,8 @@ def tiny(steps: int, workers: int, priority: int, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("goodput"), env=ENV).start()
+def server(tmp_path_factory, shared_ray):
+    srv = Server(tmp_path_factory.mktemp("goodput"), env=ENV, ray_address=shared_ray, shared=True).start()
     yield srv
     srv.stop()
 
@@ -100,10 +100,27 @@ def test_a_killed_preempted_and_suspended_job_shows_each_phase_and_keeps_them_ac
     requeued = next(e for e in events if e["from_state"] == "PREEMPTING")
     restarted = next(e for e in events if e["to_state"] == "STARTING" and at(e) > at(requeued))
     assert phases["queued"] >= at(restarted) - at(requeued) - 0.05, told
-    # Suspended: from SUSPENDING to its resume, less the last step's work and save.
+    # Suspended: the stretch from SUSPENDING to its resume and the cancel's (CANCELLING to
+    # the end), each less the steps' work and saves the ranks' rows show in it (the group
+    # still held: the step in progress, the save at the stop); all of SUSPENDED, no group.
+    end = created + got["wall_s"]
     suspending = next(e for e in events if e["to_state"] == "SUSPENDING")
+    suspended = next(e for e in events if e["to_state"] == "SUSPENDED")
     resume = next(e for e in events if e["from_state"] == "SUSPENDED")
-    assert at(resume) - at(suspending) >= phases["suspended"] >= 1.0, told
+    cancelling = next(e for e in events if e["to_state"] == "CANCELLING")
+    assert at(suspending) < at(suspended) < at(resume) < at(cancelling) < end, told
+    assert at(resume) - at(suspended) >= 1.0, told  # the wait above, with no group
+    worked = [(r["wall_time"] - (r.get("eval_s") or 0) - (r.get("step_time_s") or 0),
+               r["wall_time"] + (r.get("checkpoint_stall_s") or 0))
+              for r in server.get(f"/v1/jobs/{jid}/metrics") if r.get("wall_time") is not None]
+    held = [(at(suspending), at(suspended)), (at(cancelling), end)]
+    expected = at(resume) - at(suspended) + sum(
+        (stop - start) - _covered(worked, start, stop) for start, stop in held)
+    pieces = [(round(stop - start, 3), round(_covered(worked, start, stop), 3))
+              for start, stop in held]
+    assert phases["suspended"] == pytest.approx(expected, abs=0.01), (
+        f"suspended {phases['suspended']:.3f} s; SUSPENDED {at(resume) - at(suspended):.3f} s; "
+        f"SUSPENDING and CANCELLING (their seconds, the rows' work in them): {pieces}\n{told}")
     assert set(got["starting_phases"]) >= {"placement_ready", "built"}, told
     assert 0 < got["goodput"] < 1
 
@@ -153,6 +170,17 @@ def test_a_job_behind_a_running_one_is_forecast_within_a_quarter_of_its_real_wai
     assert server.job(job_b["id"])["expected_start"] is None
     assert server.http.post(f"/v1/jobs/{job_b['id']}/cancel").status_code == 200
     _wait_cancelled(server, job_b["id"])
+
+
+def _covered(spans: list[tuple[float, float]], start: float, stop: float) -> float:
+    """The seconds of [start, stop) that the union of `spans` covers."""
+    covered, reached = 0.0, start
+    for lo, hi in sorted(spans):
+        lo, hi = max(lo, reached), min(hi, stop)
+        if hi > lo:
+            covered += hi - lo
+            reached = hi
+    return covered
 
 
 def _wait_cancelled(server: Server, jid: str) -> dict:

@@ -6,6 +6,7 @@ world size on the same curve; a resume on another base is refused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import get_args
 
@@ -75,7 +76,11 @@ def test_a_checkpoint_holds_the_adapters_alone_and_resumes_at_another_world_size
     [saved] = [d for d in step_dir.iterdir() if d.name.endswith(f"{SAVED_AT:09d}")]
     manifest = json.loads((saved / "manifest.json").read_text())
     extra = manifest.get("extra", manifest)
-    assert extra["base"] == {"config": extra["base"]["config"], "seed": 0}
+    # the base's identity: the job's model config (a sha256 of its spec) and its seed
+    model = engine_job(**job).model.model_dump(mode="json", exclude={"config_uri"})
+    config = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()
+    assert model["d_model"] == LLAMA["d_model"] and model["n_layers"] == LLAMA["n_layers"]
+    assert extra["base"] == {"config": config, "seed": 0}
 
     import torch.distributed.checkpoint as dcp
 

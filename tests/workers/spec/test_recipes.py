@@ -136,7 +136,47 @@ def test_the_config_hash_tells_recipes_apart_and_leaves_out_their_defaults():
     assert len(hashes) == 5
 
 
+def hand_written_rmsprop(job: JobSpec, step: bool = True) -> list[float]:
+    """The operator's recipe written out by hand, with no Brigade engine: the
+    job's model unsharded with its seeded weights, the job's batches in order,
+    the mean token loss, the gradient clipped to train.grad_clip, and
+    torch.optim.RMSprop at lr x 0.5^step; each step's loss (`step` False: the
+    losses of the same batches at the initial weights)."""
+    import torch
+    import torch.nn.functional as F
+
+    from workers.engine.build import SeededInit
+    from workers.engine.data import RankBatches, build_source
+
+    train = job.train
+    torch.manual_seed(train.seed)
+    model = job.model.family_spec.build(job.model)
+    SeededInit(train.seed).fill(model)
+    batches = RankBatches(build_source(job.data, job.model, train.seed, job.eval,
+                                      global_batch=train.global_batch_size),
+                          train.global_batch_size, 0, 1)
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=train.lr, eps=train.eps,
+                                    weight_decay=train.weight_decay)
+    losses = []
+    for n in range(train.steps):
+        x, y = batches.next_batch()
+        with torch.set_grad_enabled(step):
+            loss = F.cross_entropy(model(x).float().flatten(0, 1), y.flatten())
+        losses.append(loss.item())
+        if step:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+            for group in optimizer.param_groups:
+                group["lr"] = train.lr * 0.5 ** n
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
 def test_an_operator_optimizer_and_schedule_from_their_own_distribution_train(operator_distribution):
+    """The engine trains with the operator's optimizer and schedule, found by
+    their entry points: its losses are those of RMSprop stepped by hand at the
+    halving schedule's rates, and they are not the losses of no step at all."""
     from workers.engine.local import run_single_process
 
     assert "rmsprop" in registered_optimizers() and "halving" in registered_schedules()
@@ -145,7 +185,14 @@ def test_an_operator_optimizer_and_schedule_from_their_own_distribution_train(op
     metrics = run_single_process(job)
     assert [m["lr"] for m in metrics] == [1e-3, 5e-4, 2.5e-4]  # the operator's schedule
     assert metrics[0]["mem_theory_bytes"] == 12 * job.model.num_params()  # 8 + its own 4
-    assert all(m["loss"] == m["loss"] for m in metrics)
+    engine = [m["loss"] for m in metrics]
+    assert engine == pytest.approx(hand_written_rmsprop(job), rel=1e-6, abs=1e-6)
+    # the first step's loss is of the initial weights; each later one has moved well
+    # beyond the tolerance above
+    unstepped = hand_written_rmsprop(job, step=False)
+    assert engine[0] == pytest.approx(unstepped[0], rel=1e-6, abs=1e-6)
+    assert all(abs(a - b) > 1e-3 for a, b in zip(engine[1:], unstepped[1:], strict=True)), (
+        engine, unstepped)
     with pytest.raises(ValidationError, match="train.momentum is not read by the 'rmsprop'"):
         TrainSpec(steps=5, optimizer="rmsprop", momentum=0.9)
     with pytest.raises(ValidationError, match="train.warmup_steps is not read by the 'halving'"):
