@@ -291,10 +291,11 @@ def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: di
     for f in priced:  # the running jobs went on through a leader's loss: none restarted for it
         if f["kind"] == "leader_kill" and f["attempts_ended"]:
             problems.append(f"a leader kill ended {f['attempts_ended']} attempts: {f}")
-    for kind in RANK_SIGNALS:
-        if kind in costs and not costs[kind]["median_s"] > 0:
-            problems.append(f"{kind}: {costs[kind]['faults']} fired and their median cost "
-                            f"(lost + recovering) is {costs[kind]['median_s']} s: "
+    for kind in RANK_SIGNALS:  # what a signal that ended an attempt cost is never nothing
+        ending = [f["cost_s"] for f in priced if f["kind"] == kind and f["attempts_ended"]]
+        if ending and not statistics.median(ending) > 0:
+            problems.append(f"{kind}: {len(ending)} ended an attempt and their median cost "
+                            f"(lost + recovering) is {statistics.median(ending)} s: "
                             f"{[f for f in priced if f['kind'] == kind]}")
     return problems
 

@@ -22,7 +22,9 @@ the fault's, and nothing of an earlier or a later fault's.
 
 - A rank's SIGKILL or SIGTERM hits one job (the chaos thread records which,
   and when it sent the signal): the attempt in progress then is the one it
-  ended.
+  ended, if the job went RESTARTING or PREEMPTING after it (a SIGTERM to a
+  rank whose job had taken its last step ends nothing: the rank exits and the
+  job succeeds).
 - `brigade serve` killed and restarted, and the full disk, hit no job in
   particular: each ended the attempts of any soak job that entered
   RESTARTING between the fault and `GRACE_S` after it was over (the server
@@ -129,6 +131,14 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
         later = [window_begin(lines[job], starts[job], t) for t in hits.get(job, []) if t > landed]
         return min([ends[job], *(b for b in later if b is not None)])
 
+    def ended_by(job: str, landed: float) -> bool:
+        """Whether the signal that landed then ended the attempt in progress: the job
+        went RESTARTING or PREEMPTING after it, before the next signal on it landed (a
+        SIGTERM to a rank whose job has taken its last step ends nothing: it exits)."""
+        after = [t for t in hits[job] if t > landed]
+        stopped = entries(events[job], "RESTARTING") + entries(events[job], "PREEMPTING")
+        return any(landed <= t < min(after, default=float("inf")) for t in stopped)
+
     explained = {(job, min((r for r in entries(events[job], "RESTARTING") if r >= t), default=None))
                  for job, landed in hits.items() for t in landed}
     out = []
@@ -140,7 +150,7 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
             if job not in lines:
                 continue
             cost = attempt_cost(lines[job], starts[job], landed, until(job, landed))
-            out.append({**f, "cost_s": cost, "attempts_ended": 1})
+            out.append({**f, "cost_s": cost, "attempts_ended": int(ended_by(job, landed))})
             continue
         over = f["at"] + f.get("down_s", f.get("full_s", 0.0)) + GRACE_S
         ended = [(job, r) for job in lines for r in entries(events[job], "RESTARTING")
