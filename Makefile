@@ -38,8 +38,8 @@ test: $(STAMP) $(LEAN)/.installed
 	exit $$status
 
 # 100 jobs of 4 tenants under faults, through two replicas on Postgres (127.0.0.1:5432) whose
-# leader is killed twice among them (tests/soak, about 5 minutes): out of `make test`, which it
-# would take past its 20 minutes; .ci/run runs it after the suite.
+# leader is killed twice among them (tests/soak, about 6.5 minutes): out of `make test`; .ci/run
+# runs it after the suite.
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -rP -m soak tests/soak  # -rP: the report, passed or not
 
