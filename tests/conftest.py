@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from tests.ray_state import live_placement_groups, remove_placement_group
+
 RAY_CPUS = 4  # logical CPUs: world sizes up to 4 fit, even on a 2-core machine
 
 
@@ -49,14 +51,6 @@ def ray_cluster():
 LEAK_GRACE_S = 30  # Ray removes a killed group's placement group and actors asynchronously
 
 
-def _live_placement_groups() -> dict[str, str]:
-    """Id -> name of each placement group of the session cluster not removed."""
-    import ray
-
-    return {pg_id: info.get("name", "") for pg_id, info in ray.util.placement_group_table().items()
-            if info.get("state") != "REMOVED"}
-
-
 @pytest.fixture(scope="module", autouse=True)
 def leaves_the_cluster_as_found():
     """A module that used the session's Ray cluster leaves it as it found it:
@@ -70,23 +64,24 @@ def leaves_the_cluster_as_found():
     import ray
 
     if ray.is_initialized():
-        before, cpus = set(_live_placement_groups()), ray.available_resources().get("CPU", 0.0)
+        before, cpus = set(live_placement_groups()), ray.available_resources().get("CPU", 0.0)
     else:  # the session cluster, if this module starts it, starts empty
         before, cpus = set(), float(RAY_CPUS)
     yield
     if not ray.is_initialized():
         return
-    from ray.util.placement_group import PlacementGroup
-
     deadline = time.monotonic() + LEAK_GRACE_S
     while True:
-        left = {i: n for i, n in _live_placement_groups().items() if i not in before}
+        left = {i: n for i, n in live_placement_groups().items() if i not in before}
         free = ray.available_resources().get("CPU", 0.0)
         if (not left and free >= cpus) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     for pg_id in left:
-        ray.util.remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+        remove_placement_group(pg_id)
+    deadline = time.monotonic() + LEAK_GRACE_S  # the next module finds the CPUs free
+    while left and ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() < deadline:
+        time.sleep(0.2)
     if left or free < cpus:
         pytest.fail(f"this module left the session's Ray cluster other than it found it: placement "
                     f"groups {sorted(left.values())} (now removed), {free:g} of {cpus:g} CPUs free",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.ray_state import live_placement_groups, remove_placement_group
 from workers.engine.distributed import free_port
 
 KEY = "e2e-admin-key-0123456789"
@@ -168,8 +169,7 @@ def _shared_cluster_state() -> tuple[set[str], float]:
     """(the live placement groups' ids, the free CPUs) of this process's Ray cluster."""
     import ray
 
-    live = {i for i, info in ray.util.placement_group_table().items() if info["state"] != "REMOVED"}
-    return live, ray.available_resources().get("CPU", 0.0)
+    return set(live_placement_groups()), ray.available_resources().get("CPU", 0.0)
 
 
 def _clean_shared_cluster(address: str, placement_groups: set[str], cpus: float,
@@ -178,7 +178,6 @@ def _clean_shared_cluster(address: str, placement_groups: set[str], cpus: float,
     service's namespace: its groups' ranks, its pool's, its fork servers') and the
     placement groups made since it started; then wait for the CPUs to be free again."""
     import ray
-    from ray.util.placement_group import PlacementGroup
     from ray.util.state import list_actors
 
     from service.run.ray_cluster import NAMESPACE
@@ -190,9 +189,8 @@ def _clean_shared_cluster(address: str, placement_groups: set[str], cpus: float,
                 ray.kill(ray.get_actor(actor.name, namespace=NAMESPACE))
             except ValueError:
                 pass  # gone meanwhile
-    for pg_id, info in ray.util.placement_group_table().items():
-        if info["state"] != "REMOVED" and pg_id not in placement_groups:
-            ray.util.remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+    for pg_id in set(live_placement_groups()) - placement_groups:
+        remove_placement_group(pg_id)
     deadline = time.monotonic() + within_s
     while ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() < deadline:
         time.sleep(0.2)
