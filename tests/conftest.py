@@ -11,11 +11,9 @@ Its head runs Ray's dashboard, bound to 127.0.0.1, for Ray's public state API
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.ray_state import live_placement_groups, remove_placement_group
+from tests.ray_state import ClusterState
 
 RAY_CPUS = 4  # logical CPUs: world sizes up to 4 fit, even on a 2-core machine
 
@@ -63,29 +61,16 @@ def leaves_the_cluster_as_found():
     test to the next."""
     import ray
 
-    if ray.is_initialized():
-        before, cpus = set(live_placement_groups()), ray.available_resources().get("CPU", 0.0)
-    else:  # the session cluster, if this module starts it, starts empty
-        before, cpus = set(), float(RAY_CPUS)
+    # the session cluster, if this module starts it, starts empty
+    found = ClusterState.now() if ray.is_initialized() else ClusterState(frozenset(), float(RAY_CPUS))
     yield
     if not ray.is_initialized():
         return
-    deadline = time.monotonic() + LEAK_GRACE_S
-    while True:
-        left = {i: n for i, n in live_placement_groups().items() if i not in before}
-        free = ray.available_resources().get("CPU", 0.0)
-        if (not left and free >= cpus) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    for pg_id in left:
-        remove_placement_group(pg_id)
-    deadline = time.monotonic() + LEAK_GRACE_S  # the next module finds the CPUs free
-    while left and ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if left or free < cpus:
+    left, free = found.restore(grace_s=LEAK_GRACE_S)
+    if left or free < found.cpus:
         pytest.fail(f"this module left the session's Ray cluster other than it found it: placement "
-                    f"groups {sorted(left.values())} (now removed), {free:g} of {cpus:g} CPUs free",
-                    pytrace=False)
+                    f"groups {sorted(left.values())} (now removed), {free:g} of {found.cpus:g} CPUs "
+                    "free", pytrace=False)
 
 
 @pytest.fixture(scope="session")

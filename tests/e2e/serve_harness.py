@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.ray_state import live_placement_groups, remove_placement_group
+from tests.ray_state import ClusterState
 from workers.engine.distributed import free_port
 
 KEY = "e2e-admin-key-0123456789"
@@ -42,7 +42,7 @@ class Server:
         # `ray_address` is this test process's own cluster (it is connected to it): what the
         # server leaves there is removed at stop()
         self.shared = shared
-        self._found: tuple[set[str], float] | None = None  # placement groups and free CPUs, before
+        self._found: ClusterState | None = None  # what the cluster held before it started
         self.extra_env = dict(env or {})
         self.own_group = own_group
         self.proc: subprocess.Popen | None = None
@@ -61,7 +61,7 @@ class Server:
         moves to another port if the one chosen was taken meanwhile; a restart
         keeps the port, as clients know it."""
         if self.shared and self._found is None:
-            self._found = _shared_cluster_state()
+            self._found = ClusterState.now()
         for _ in range(3):
             if self._start_once():
                 self.started = True
@@ -122,7 +122,7 @@ class Server:
                 self.proc.kill()
         self.http.close()
         if self.shared and self._found is not None:
-            _clean_shared_cluster(self.ray_address, *self._found)
+            _clean_shared_cluster(self.ray_address, self._found)
         if not self.ray_address:
             from service.run.ray_cluster import LocalRayCluster
 
@@ -165,18 +165,10 @@ class Server:
         return r.json()
 
 
-def _shared_cluster_state() -> tuple[set[str], float]:
-    """(the live placement groups' ids, the free CPUs) of this process's Ray cluster."""
-    import ray
-
-    return set(live_placement_groups()), ray.available_resources().get("CPU", 0.0)
-
-
-def _clean_shared_cluster(address: str, placement_groups: set[str], cpus: float,
-                          within_s: float = 30) -> None:
+def _clean_shared_cluster(address: str, found: ClusterState) -> None:
     """Remove what a stopped server left on this process's cluster: its actors (the
-    service's namespace: its groups' ranks, its pool's, its fork servers') and the
-    placement groups made since it started; then wait for the CPUs to be free again."""
+    service's namespace: its groups' ranks, its pool's, its fork servers'), then the
+    placement groups made since it started; and wait for the CPUs to be free again."""
     import ray
     from ray.util.state import list_actors
 
@@ -189,11 +181,7 @@ def _clean_shared_cluster(address: str, placement_groups: set[str], cpus: float,
                 ray.kill(ray.get_actor(actor.name, namespace=NAMESPACE))
             except ValueError:
                 pass  # gone meanwhile
-    for pg_id in set(live_placement_groups()) - placement_groups:
-        remove_placement_group(pg_id)
-    deadline = time.monotonic() + within_s
-    while ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() < deadline:
-        time.sleep(0.2)
+    found.restore(grace_s=0)  # its groups live on by design: nothing to wait for
 
 
 def spec(steps: int, workers=2, **extra) -> dict:
