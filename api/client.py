@@ -34,31 +34,27 @@ import httpx
 from pydantic import TypeAdapter
 
 from api.profiles import DEFAULT_URL, resolve
-from api.schemas import (
-    AuditPublic,
+from api.schemas.audit import AuditPublic
+from api.schemas.cluster import ClusterPublic, NodePublic, NodesPublic
+from api.schemas.data import DataFilePublic, DataFilesPublic
+from api.schemas.exports import ExportPublic, ExportStartedPublic
+from api.schemas.health import HealthPublic
+from api.schemas.jobs import (
     CheckpointPublic,
-    ClusterPublic,
-    DataFilePublic,
     EventPublic,
-    ExportPublic,
-    ExportStartedPublic,
-    HealthPublic,
     JobProgress,
     JobPublic,
     JobsPublic,
     LogLine,
     MetricRow,
-    TenantKey,
-    TenantPublic,
-    TenantsPublic,
-    UsageReport,
-    WhoamiPublic,
     WorkerPublic,
 )
-from api.sweep_json import SweepPublic, SweepsPublic
+from api.schemas.sweeps import SweepPublic, SweepsPublic
+from api.schemas.tenants import TenantKey, TenantPublic, TenantsPublic, WhoamiPublic
+from api.schemas.usage import UsageReport
 from service.states import JobState
-from workers.spec import JobSpec
-from workers.spec.sweep import SweepSpec
+from workers.schema import JobSpec
+from workers.schema.sweep import SweepSpec
 
 STREAM_READ_TIMEOUT_S = 60.0  # the server sends at least a heartbeat every 15 s
 RETRY_STATUSES = frozenset({429, 503})
@@ -92,6 +88,13 @@ class Retry:
             return backoff
         after = _retry_after(response.headers.get("Retry-After"))
         return min(self.max_wait_s, backoff if after is None else after)
+
+
+class Unset:
+    """An argument left out (where None means something: a note removed)."""
+
+
+UNSET = Unset()
 
 
 class BrigadeClient:
@@ -132,14 +135,19 @@ class BrigadeClient:
 
     def jobs(self, state: str | JobState | Iterable[str | JobState] | None = None,
              limit: int = 50, offset: int = 0, tenant: str | None = None,
-             sweep: str | None = None) -> JobsPublic:
+             sweep: str | None = None,
+             label: dict[str, str] | Iterable[str] | None = None) -> JobsPublic:
         """A page of jobs, newest first; the admin sees every tenant's (or `tenant`'s);
-        `sweep`: only that sweep's trials."""
+        `sweep`: only that sweep's trials; `label`: only jobs with every one of these
+        labels ({key: value}, or `key=value` strings)."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if tenant:
             params["tenant"] = tenant
         if sweep:
             params["sweep"] = sweep
+        if label:
+            params["label"] = ([f"{k}={v}" for k, v in label.items()] if isinstance(label, dict)
+                               else list(label))
         if state:
             states = [state] if isinstance(state, str | JobState) else list(state)
             params["state"] = ",".join(JobState(s).value if isinstance(s, JobState) else s for s in states)
@@ -147,6 +155,15 @@ class BrigadeClient:
 
     def get(self, job_id: str) -> JobPublic:
         return self._call(JobPublic, "GET", f"/v1/jobs/{job_id}")
+
+    def update(self, job_id: str, *, labels: dict[str, str] | None = None,
+               note: str | None | Unset = UNSET) -> JobPublic:
+        """Set a job's labels (all of them, replaced; None: kept) and/or its note
+        (None removes it; left out: kept)."""
+        body: dict[str, Any] = {} if labels is None else {"labels": labels}
+        if not isinstance(note, Unset):
+            body["note"] = note
+        return self._call(JobPublic, "PATCH", f"/v1/jobs/{job_id}", json=body, idempotent=True)
 
     def cancel(self, job_id: str) -> JobPublic:
         """Cancel; a job cancelled already is answered as it is (so retried)."""
@@ -372,10 +389,36 @@ class BrigadeClient:
                                     "(changed while it was sent?)")
         return stored
 
+    def list_data(self, prefix: str = "", limit: int = 50, offset: int = 0) -> DataFilesPublic:
+        """A page of your files under your data prefix whose path starts with
+        `prefix` (a folder, `raw/`, or the start of a name), by path."""
+        return self._call(DataFilesPublic, "GET", "/v1/data",
+                          params={"prefix": prefix, "limit": limit, "offset": offset})
+
+    def remove_data(self, path: str) -> None:
+        """Remove the file at `path` under your data prefix (a 409 while a job
+        of yours that has not ended reads it)."""
+        self._send("DELETE", f"/v1/data/{_path_in_url(path)}")
+
     # The service
 
     def cluster(self) -> ClusterPublic:
         return self._call(ClusterPublic, "GET", "/v1/cluster")
+
+    def nodes(self) -> NodesPublic:
+        """The cluster's nodes, with the ranks on each (a tenant: its own jobs' ranks)."""
+        return self._call(NodesPublic, "GET", "/v1/cluster/nodes")
+
+    def drain_node(self, node_id: str, deadline_s: int | None = None,
+                   reason: str | None = None) -> NodePublic:
+        """Ask Ray to drain the node (the admin key only): it goes in `deadline_s`
+        seconds (None: the service's default, 600), and its jobs move off it first."""
+        body = {k: v for k, v in (("deadline_s", deadline_s), ("reason", reason)) if v is not None}
+        return self._call(NodePublic, "POST", f"/v1/cluster/nodes/{node_id}/drain", json=body)
+
+    def cancel_drain(self, node_id: str) -> None:
+        """Refused (409) while Ray cannot take a drain back."""
+        self._send("DELETE", f"/v1/cluster/nodes/{node_id}/drain")
 
     def usage(self, window_s: float = 86400.0, tenant: str | None = None) -> UsageReport:
         """Usage per tenant over the last `window_s` seconds (a tenant: its own)."""

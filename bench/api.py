@@ -66,10 +66,10 @@ COMMIT, the page's statements built once per shape, the spec's JSON decoded once
 collection of the server took ~90 ms); on SQLite those reads run on the event loop
 (no hop; Postgres reads stay in the pool); the answer is serialised once, not validated
 again against its response model, and a listed job's JSON is kept until it changes
-(`api/job_json.py`); the access-log filter passes plain text through untouched and the
+(`api/server/job_json.py`); the access-log filter passes plain text through untouched and the
 request metrics keep their labelled series. Then (`GET /v1/jobs`): a page's JSON is kept
 with the version of its tenant's jobs it was read at and answered again while that version
-stands (`api/job_json.py` JobPages): the version is a count the database's own triggers bump
+stands (`api/server/job_json.py` JobPages): the version is a count the database's own triggers bump
 in every transaction that writes one of the tenant's jobs (migration 0006, SQLite and
 Postgres: writes of another API process, of the supervisor, of a script count too), read
 before the page, one row a request; nothing is answered on time alone. The store does not
@@ -91,7 +91,7 @@ share the other core and, when they run together, take the server's. The supervi
 thread (an admission pass every 0.2 s here) held the interpreter in ~2% of the samples.
 Within ~30 s of a start, the two warm rank processes import torch at ~9% of a core each:
 measured then, the paced p99 of `GET /v1/jobs/{id}` was 64.7 ms once. uvloop and httptools
-(`api/listener.py` SERVE_OPTIONS, the peer too) take the loop's and the parser's work into C:
+(`api/server/listener.py` SERVE_OPTIONS, the peer too) take the loop's and the parser's work into C:
 the server's CPU a request here 0.78 ms and 0.73 ms, from 1.30 and 1.00 (the run above on
 asyncio and h11, at a higher load average); the probe, both at once: 1167 -> 1208 and
 1067 -> 1498 requests/s one client at a time, paced p99 9.8 -> 10.3 ms and 7.5 -> 6.5 ms

@@ -1,6 +1,6 @@
 """The peer of bench.api: a bare FastAPI app on SQLAlchemy and SQLite, one
 route that reads one row, served the way `brigade serve` serves (one uvicorn
-process, the same `uvicorn.Config` arguments (api.listener's SERVE_OPTIONS: uvloop and
+process, the same `uvicorn.Config` arguments (api.server.listener's SERVE_OPTIONS: uvloop and
 httptools), a listener bound the same way
 with TCP_NODELAY, an access log line a request to a file).
 
@@ -53,7 +53,7 @@ def build_app(database: str):
 def serve(database: str, port: int, log_file: str) -> None:
     import uvicorn
 
-    from api.listener import SERVE_OPTIONS, bind_listener
+    from api.server.listener import SERVE_OPTIONS, bind_listener
 
     handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -26,7 +26,7 @@ def fill_store(server: BrigadeServer, jobs: int) -> tuple[str, list[str]]:
     the server runs): (its key, the jobs' ids)."""
     from service.states import JobState
     from service.store import JobStore
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     store = JobStore(server.database_url)
     store.migrate()

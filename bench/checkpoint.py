@@ -265,7 +265,7 @@ def measure(rank: int, world_size: int, workdir: Path, reps: int) -> dict:
     from checkpoints import CheckpointTarget
     from checkpoints.stateful import ModelAndOptimizer
     from workers.engine.checkpointing import TrainerCheckpoints
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
     from workers.engine.trainer import Trainer
 
     spec = JobSpec.model_validate(job(world_size))

@@ -21,7 +21,7 @@ from bench.report import Figure, Goal, cli, load, pyplot, save_plot
 from workers.engine.comm import comm_theory_bytes
 from workers.engine.compression import wire_bytes_per_value
 from workers.cluster.group import WorkerGroup
-from workers.spec import ModelSpec
+from workers.schema import ModelSpec
 
 MODEL = {"n_layers": 4, "d_model": 128, "n_heads": 4, "seq_len": 64}
 WORLD_SIZES = (2, 3, 4)

@@ -36,7 +36,7 @@ LOSS_TOLERANCE = 1e-4  # what tests/workers/engine/test_compile.py holds the cur
 
 
 def spec_of(model: dict, steps: int, compiled: bool):
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     return JobSpec.model_validate({
         "workers": WORLD_SIZE, "model": model, "data": {"source": "synthetic"},

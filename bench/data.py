@@ -77,7 +77,7 @@ def wait_run(uri: str, steps: int) -> dict:
     from workers.engine.data import RankBatches
     from workers.datasets.sources import open_tokens
     from workers.engine.distributed import destroy_process_group, init_single_process
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
     from workers.engine.trainer import Trainer
 
     spec = JobSpec.model_validate({
@@ -134,7 +134,7 @@ import json, sys, resource
 from workers.engine.data import RankBatches
 from workers.datasets.sources import open_tokens
 from workers.engine.prefetch import BatchPrefetch
-from workers.spec import ModelSpec
+from workers.schema import ModelSpec
 
 def status(key):
     with open("/proc/self/status") as f:

@@ -33,7 +33,7 @@ def run(raw: dict, checkpoint_root: str | None = None, stop_after: int | None = 
     """Train `raw` as a world of one; (backend, metrics per step)."""
     from checkpoints import CheckpointTarget
     from workers.engine.distributed import destroy_process_group, init_single_process
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
     from workers.engine.trainer import train_rank
 
     backend = init_single_process(timeout_s=120)
@@ -69,6 +69,18 @@ def cpu_losses() -> list[float]:
     backend, losses = json.loads(out.stdout.strip().splitlines()[-1])
     assert backend == "gloo", backend
     return losses
+
+
+def write_report(report: dict, checks: dict[str, bool], out: str) -> int:
+    """The report with its checks, printed and written to `out`; the exit status
+    (0: every check passed)."""
+    report["checks"] = checks
+    report["all_passed"] = all(checks.values())
+    text = json.dumps(report, indent=1)
+    print(text)
+    with open(out, "w") as f:
+        f.write(text)
+    return 0 if report["all_passed"] else 1
 
 
 def main() -> int:
@@ -127,13 +139,7 @@ def main() -> int:
     report["big_model_peak_mem_bytes"] = max(r["peak_mem_bytes"] for r in big_rows)
     report["big_model_mem_theory_bytes"] = big_rows[-1].get("mem_theory_bytes")
 
-    report["checks"] = checks
-    report["all_passed"] = all(checks.values())
-    text = json.dumps(report, indent=1)
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
-    return 0 if report["all_passed"] else 1
+    return write_report(report, checks, args.out)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def write_hf_dir(directory: Path, spec) -> int:
         shard_names,
         shard_plan,
     )
-    from workers.spec.hf_format import hf_config, tensor_shapes
+    from workers.schema.hf_format import hf_config, tensor_shapes
 
     directory.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -135,7 +135,7 @@ def measure(workdir: Path, layers: int, reps: int) -> dict:
     from workers.engine.init_weights import HuggingFaceWeights
     from workers.models import build_model
     from workers.engine.sharding import build_mesh, shard_model
-    from workers.spec import ModelSpec, ShardingSpec
+    from workers.schema import ModelSpec, ShardingSpec
 
     torch.distributed.init_process_group("gloo", store=open_store(LOOPBACK, 1, 600), rank=0,
                                          world_size=1)

@@ -16,7 +16,7 @@ optimizer's state all exist, before `zero_grad` frees the gradients):
   parameter (each at its own dtype: the frozen base at `param_dtype`, the
   adapters fp32), every gradient and every optimizer state tensor
   (bench/memory.py's `optimizer_state_bytes`; AdamW's `step` scalars apart),
-  against the engine's `mem_theory_bytes` metric (workers/spec/adapter.py
+  against the engine's `mem_theory_bytes` metric (workers/schema/adapter.py
   `job_state_bytes`: the base at its dtype / N plus the adapters' 16 B/param
   / N; a full fine-tune's 16 B/param / N);
 - that the frozen parameters hold no gradient, are in none of the
@@ -105,7 +105,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, variant: str,
     import torch.distributed as dist
 
     from workers.engine.trainer import Trainer
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     with rank_group(rank, world_size, port):
         dist.barrier()
@@ -142,9 +142,9 @@ def add_args(parser) -> None:
 def theory_parts(model: dict, variant: str, n: int) -> tuple[float, float, int]:
     """The theory's two terms at N (the frozen base at its dtype; the trained
     parameters' 16 B/param), and the trained parameters' count."""
-    from workers.spec import JobSpec
-    from workers.spec.adapter import adapter_params
-    from workers.spec.base import DTYPE_BYTES
+    from workers.schema import JobSpec
+    from workers.schema.adapter import adapter_params
+    from workers.schema.base import DTYPE_BYTES
 
     spec = JobSpec.model_validate(job(model, variant))
     params = spec.model.num_params()
@@ -164,8 +164,8 @@ def peak_of(spec, n: int) -> int:
 
 
 def run(args) -> Figure:
-    from workers.spec import JobSpec
-    from workers.spec.adapter import job_state_bytes
+    from workers.schema import JobSpec
+    from workers.schema.adapter import job_state_bytes
 
     model = QUICK_MODEL if args.quick else MODEL
     sizes = [int(n) for n in args.world_sizes.split(",")]
@@ -250,7 +250,7 @@ def table_head(model: dict, params: int) -> list[str]:
         + ".",
         "",
         "- **theory**: the engine's `mem_theory_bytes` metric of the step (every rank's equals "
-        "workers/spec/adapter.py `job_state_bytes`, what admission fits): the frozen base at "
+        "workers/schema/adapter.py `job_state_bytes`, what admission fits): the frozen base at "
         "its dtype x P / N, plus 16 B/param / N of what is trained (the adapters' fp32 param, "
         "grad and AdamW's two moments; for the full fine-tune, all of P).",
         "- **measured**: right after the last step's `optimizer.step()`, before `zero_grad`, "

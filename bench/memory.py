@@ -181,7 +181,7 @@ def rank_main(rank: int, world_size: int, port: int, model: dict, only_whole_bui
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
     from workers.engine.trainer import Trainer
 
     with rank_group(rank, world_size, port):
@@ -252,7 +252,7 @@ def activations(model: dict, sizes: list[int]) -> dict[int, int]:
     the rank's micro-batch (the largest share), counted on the whole model in
     this process (workers/engine/memory.py)."""
     from workers.engine.memory import saved_activation_bytes
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     spec = JobSpec.model_validate(job(model))
     micro = {n: -(-spec.train.per_rank_batch(n) // spec.train.accumulation_steps(n)) for n in sizes}
@@ -262,7 +262,7 @@ def activations(model: dict, sizes: list[int]) -> dict[int, int]:
 
 def run(args) -> Figure:
     from workers.engine.memory import MMAP_THRESHOLD_BYTES, peak_theory
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     model = QUICK_MODEL if args.quick else MODEL
     spec = JobSpec.model_validate(job(model))

@@ -52,7 +52,7 @@ def fidelity(weights: list[float], batch: int, batches: int) -> dict:
 def wait_run(data: dict, steps: int) -> dict:
     from workers.engine.distributed import destroy_process_group, init_single_process
     from workers.engine.trainer import Trainer
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     spec = JobSpec.model_validate({"model": MODEL, "data": data, "checkpoint": {"every_steps": 0},
                                    "train": {"steps": steps, "global_batch_size": 8, "lr": 3e-3}})

@@ -1,5 +1,5 @@
 """Each optimizer's state per rank against the memory theory its descriptor
-gives (workers/spec/recipes.py), its peak RSS and its step time.
+gives (workers/schema/recipes.py), its peak RSS and its step time.
 
     .venv/bin/python -m bench.optimizers [--world-sizes 1,2,4] [--optimizers adamw,sgd]
 
@@ -74,7 +74,7 @@ EXACT = {"adamw": {"warmup_steps": 2}, "muon": {"optimizer": "muon", "warmup_ste
 
 
 def spec_of(model: dict, train: dict):
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     raw = job(model)
     raw["train"] = raw["train"] | train
@@ -134,7 +134,7 @@ def exact_rank(rank: int, world_size: int, port: int, train: dict, nudge: bool,
     import torch
 
     from workers.engine.trainer import Trainer
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     with rank_group(rank, world_size, port):
         spec = JobSpec.model_validate({
@@ -277,7 +277,7 @@ def run(args) -> Figure:
         + "; ".join(f"{name}: `{json.dumps(t) if t else 'the default'}`"
                     for name, t in OPTIMIZERS.items() if name in names) + "). "
         "*Theory* is the engine's `mem_theory_bytes` metric, 8 B/param / N of params and grads "
-        "plus the optimizer's state as its descriptor counts it (workers/spec/recipes.py); "
+        "plus the optimizer's state as its descriptor counts it (workers/schema/recipes.py); "
         "*measured* is the exact count of this rank's local shards of params, grads and the "
         "optimizer's state tensors (its `step` scalars apart), the rank holding most. The peak "
         "is bench/memory.py's: peak RSS growth over the baseline, against `peak_theory` "

@@ -72,7 +72,7 @@ def run(args) -> Figure:
         f"Faults, one every {plan.fault_gap_s:g} s once the references end: {plan.sigkills} SIGKILLs "
         f"and {plan.sigterms} SIGTERMs of a random rank of a random running job, `brigade serve` "
         "SIGKILLed and started again twice, the disk filled once (until a save failed); two jobs "
-        "were given a directory for data (meant to fail).",
+        "were given token ids past their vocabulary (meant to fail at once, not restarted).",
         "",
         "| figure | this run |",
         "| --- | --- |",

@@ -10,8 +10,13 @@ creation and its STARTING: the sweep's pass (the end seen, Optuna told and
 asked, the submit), the scheduler's admission, and the rank's start with one step.
 (b) The same space and seed (random sampler over a log-uniform learning rate,
 high enough at the top to diverge) twice, each as its own tenant: without a
-pruner and with ASHA. Each run's worker-seconds (`GET /v1/usage`, the
-tenant's), the best objective each found, and each trial's steps and held seconds.
+pruner and with ASHA, judged on the loss smoothed (`objective.smoothing:
+ema`). Each run's worker-seconds (`GET /v1/usage`, the tenant's), the best
+objective each found, each trial's steps and held seconds; the steps each
+pruned trial's ranks began after the pruning decision (its PRUNING event:
+rows whose step began, `wall_time - step_time_s`, after it); and, from the
+run without a pruner, whether its best trial is better at every rung than
+every other, in which case ASHA must keep it and find the same best.
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ import time
 from bench.figures import TITLES
 from bench.report import Figure, Goal, cli, save_plot
 from bench.server import BrigadeServer, parse_time, wait_for
+from service.sweeps.objective import ObjectiveSeries, rung_steps
+from workers.schema.sweep import SweepSpec
 
 MODEL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "seq_len": 32}
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+OBJECTIVE = {"metric": "loss", "mode": "min", "smoothing": "ema", "ema_factor": 0.8}
 
 
 def base(steps: int, workers: int = 1) -> dict:
@@ -44,7 +52,7 @@ def handover_sweep(trials: int, steps: int) -> dict:
 def search_sweep(name: str, pruner: str, trials: int, steps: int) -> dict:
     spec = {"name": name, "base": base(steps),
             "space": {"train.lr": {"loguniform": [1e-4, 3.0]}},
-            "sampler": "random", "seed": 0, "objective": {"metric": "loss", "mode": "min"},
+            "sampler": "random", "seed": 0, "objective": OBJECTIVE,
             "max_trials": trials, "max_concurrent": 2, "pruner": pruner}
     if pruner == "asha":
         spec["pruner_options"] = {"min_steps": max(2, steps // 8), "reduction_factor": 3}
@@ -66,6 +74,12 @@ def run(args) -> Figure:
     median = statistics.median(g["total"] for g in gaps)
     none, asha = searches["none"], searches["asha"]
     seconds_ratio = asha["worker_seconds"] / none["worker_seconds"]
+    asha_spec = SweepSpec.model_validate(search_sweep("rungs", "asha", search_trials, search_steps))
+    rungs = rung_steps(asha_spec)
+    leader = rung_leader(none, rungs, asha_spec)
+    after = [t["begun_after"] for t in asha["trials"] if t["begun_after"] is not None]
+    most_after = max(after, default=0)
+    same_best = asha["best_number"] == none["best_number"]
     lines = [
         "`brigade serve` on 127.0.0.1 with its own local Ray head (4 logical CPUs on these 2 "
         "cores), `BRIGADE_POLL_INTERVAL_S=0.2`. GPT "
@@ -94,34 +108,49 @@ def run(args) -> Figure:
         f"**ASHA against no pruner.** The same sweep twice, each as its own tenant: "
         f"`train.lr` log-uniform over [1e-4, 3], random sampler, seed 0 (so the same "
         f"{search_trials} points in the same order), {search_steps} steps a trial, "
-        "`max_concurrent: 2`, objective the newest `loss` (min); ASHA with "
-        f"`min_steps: {max(2, search_steps // 8)}, reduction_factor: 3`. Worker-seconds are the "
-        "tenant's (`GET /v1/usage`: each job's time holding its workers).",
+        "`max_concurrent: 2`, objective the `loss` smoothed (`smoothing: ema, ema_factor: "
+        f"{OBJECTIVE['ema_factor']}`, min); ASHA with `min_steps: {max(2, search_steps // 8)}, "
+        f"reduction_factor: 3`: rungs at steps {', '.join(map(str, rungs))}. Worker-seconds are "
+        "the tenant's (`GET /v1/usage`: each job's time holding its workers).",
         "",
-        "| pruner | trials succeeded | pruned | worker-seconds | best loss | best lr |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| pruner | trials succeeded | pruned | worker-seconds | best objective | best trial "
+        "| best lr |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *[f"| {p} | {r['succeeded']} | {r['pruned']} | {r['worker_seconds']:.1f} "
-          f"| {r['best']:.4f} | {r['best_lr']:.3g} |" for p, r in searches.items()],
+          f"| {r['best']:.4f} | {r['best_number']} | {r['best_lr']:.3g} |"
+          for p, r in searches.items()],
         "",
         "Each trial (the same point in both runs):",
         "",
-        "| trial | lr | none: steps | none: held (s) | none: loss | asha: state | asha: pruned at "
-        "| asha: steps | asha: held (s) | asha: loss |",
-        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| trial | lr | none: steps | none: held (s) | none: objective | asha: state "
+        "| asha: pruned at | asha: objective there | asha: steps | asha: begun after the decision "
+        "| asha: held (s) |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *[f"| {n['number']} | {n['lr']:.3g} | {n['step']} | {n['held_s']:.1f} "
-          f"| {_loss(n['objective'])} | {a['state']} | {a['pruned_step'] or '-'} | {a['step']} "
-          f"| {a['held_s']:.1f} | {_loss(a['objective'])} |"
+          f"| {_loss(n['objective'])} | {a['state']} | {a['pruned_step'] or '-'} "
+          f"| {_loss(a['objective'])} | {a['step']} "
+          f"| {'-' if a['begun_after'] is None else a['begun_after']} | {a['held_s']:.1f} |"
           for n, a in zip(none["trials"], asha["trials"], strict=False)],
         "",
-        f"A pruned trial went from PRUNING to PRUNED in {_lags(asha)} (the runner's stop of "
-        "its group). `pruned at` is the step whose row the pruner judged, `steps` where the job "
-        "stopped: the steps between are the rows' way to the store (each runner poll) and the "
-        "sweep's pass that reads them, while the rank trains on. Held is the job's goodput "
-        "phases but `queued`.",
+        f"A pruned trial went from PRUNING to PRUNED in {_lags(asha)}. `pruned at` is the rung "
+        "step whose objective the pruner judged; the ranks are told to stop the moment it "
+        "decides, and `begun after the decision` counts the steps they began after it (rows "
+        "whose step began, `wall_time - step_time_s`, after the PRUNING event); the steps "
+        "between `pruned at` and `steps` are the ones the ranks had taken already when the "
+        "decision came (the rows' way to the store, a runner poll, and the sweep's pass). Held "
+        "is the job's goodput phases but `queued`.",
+        "",
+        f"**Steps begun after the pruning decision: at most {most_after}** over "
+        f"{len(after)} pruned trials. The stop is a call to each rank actor (`request_stop`, "
+        "sent by the pruner's thread the moment the prune is recorded, answered on the actor's "
+        "second thread, where it may queue behind the runner's own polls), and a rank looks "
+        "for it after every step: where that call's way is longer than a step (this tiny "
+        "model's steps, under the load average above), more than one step begins before it "
+        "lands.",
         "",
         f"**ASHA used {seconds_ratio:.2f}x the worker-seconds of no pruner**, and found a best "
-        f"loss {asha['best']:.4f} against {none['best']:.4f} "
-        f"({asha['best'] / none['best']:.2f}x). " + _best_kept(none, asha),
+        f"objective {asha['best']:.4f} (trial {asha['best_number']}) against {none['best']:.4f} "
+        f"(trial {none['best_number']}). " + _leader_line(leader, same_best, rungs),
     ]
     png = plot(gaps, searches, args.png_dir / "sweeps.png")
     lines += ["", f"![hand-over gaps; worker-seconds and best loss with and without ASHA]({png})"]
@@ -130,9 +159,15 @@ def run(args) -> Figure:
         command=".venv/bin/python -m bench.sweeps",
         body="\n".join(lines) + "\n",
         headline=(f"hand-over median {median:.2f} s; ASHA {seconds_ratio:.2f}x the worker-seconds, "
-                  f"best loss {asha['best']:.3f} vs {none['best']:.3f}"),
+                  f"best {asha['best']:.3f} vs {none['best']:.3f}; at most {most_after} step "
+                  "begun after a prune"),
         goals=[Goal("ASHA uses fewer worker-seconds than no pruner", f"{seconds_ratio:.2f}x",
-                    seconds_ratio < 1.0)],
+                    seconds_ratio < 1.0),
+               Goal("a pruned trial's ranks begin at most 1 step after the decision",
+                    f"at most {most_after}", most_after <= 1),
+               *([Goal("ASHA finds the best trial of no pruner, which leads at every rung",
+                       f"trial {asha['best_number']} vs {none['best_number']}", same_best)]
+                 if leader is not None else [])],
         pngs=[png],
     )
 
@@ -183,39 +218,63 @@ def search(server: BrigadeServer, pruner: str, trials: int, steps: int, timeout_
     usage = server.get("/v1/usage", window_s=window, tenant=tenant)["tenants"]
     worker_seconds = sum(u["worker_seconds"] for u in usage if u["tenant"] == tenant)
     counts, best = view["counts"], view["best"]
+    rows = {t["number"]: server.get(f"/v1/jobs/{t['job']}/metrics", limit=100_000)
+            for t in view["trials"] if t["job"]}
     return {"id": view["id"], "worker_seconds": worker_seconds, "best": best["objective"],
-            "best_lr": best["params"]["train.lr"], "succeeded": counts["SUCCEEDED"],
-            "pruned": counts["PRUNED"], "trials": [trial_row(server, t) for t in view["trials"]]}
+            "best_lr": best["params"]["train.lr"], "best_number": best["number"],
+            "succeeded": counts["SUCCEEDED"], "pruned": counts["PRUNED"], "rows": rows,
+            "trials": [trial_row(server, t, rows.get(t["number"], [])) for t in view["trials"]]}
 
 
-def trial_row(server: BrigadeServer, trial: dict) -> dict:
+def rung_leader(run: dict, rungs: list[int], spec: SweepSpec) -> int | None:
+    """The run's best trial if its objective is better than every other
+    trial's at every rung step (what ASHA compares), else None."""
+    at: dict[int, dict[int, float]] = {}
+    for number, rows in run["rows"].items():
+        series = ObjectiveSeries(spec.objective)
+        series.feed(rows)
+        at[number] = {r: series.values[r] for r in rungs if r in series.values}
+    best = run["best_number"]
+    better = all(at[best].get(r) is not None and all(
+        at[best][r] < values[r] for n, values in at.items() if n != best and r in values)
+        for r in rungs)
+    return best if better else None
+
+
+def trial_row(server: BrigadeServer, trial: dict, rows: list[dict]) -> dict:
     """A trial's point, end, steps, the seconds its job held its worker (its
-    goodput phases but queued) and, pruned, the seconds from the prune to PRUNED."""
+    goodput phases but queued) and, pruned, the seconds from the prune to
+    PRUNED and the steps its ranks began after the prune (the decision)."""
     job = trial["job"]
-    phases = server.get(f"/v1/jobs/{job}/goodput")["phases"]
-    held = sum(v for phase, v in phases.items() if phase not in ("queued", "suspended"))
-    lag = None
-    if trial["state"] == "PRUNED":
-        events = server.get(f"/v1/jobs/{job}/events")
+    lag = begun_after = None
+    if trial["state"] == "PRUNED":  # its job may still be stopping (PRUNING) as the sweep ends
+        events = wait_for(f"job {job} PRUNED", lambda: (lambda es: es if any(
+            e["to_state"] == "PRUNED" for e in es) else None)(server.get(f"/v1/jobs/{job}/events")),
+            120, poll_s=0.5)
         asked = next(e for e in events if e["to_state"] == "PRUNING")
         done = next(e for e in events if e["to_state"] == "PRUNED")
-        lag = parse_time(done["time"]) - parse_time(asked["time"])
+        decided = parse_time(asked["time"])
+        lag = parse_time(done["time"]) - decided
+        rows = server.get(f"/v1/jobs/{job}/metrics", limit=100_000)  # as its ranks stopped
+        begun_after = sum(1 for r in rows if r["wall_time"] - r["step_time_s"] > decided)
+    phases = server.get(f"/v1/jobs/{job}/goodput")["phases"]
+    held = sum(v for phase, v in phases.items() if phase not in ("queued", "suspended"))
+    step = server.get(f"/v1/jobs/{job}")["step"] if lag is not None else trial["step"]
     return {"number": trial["number"], "lr": trial["params"]["train.lr"], "state": trial["state"],
-            "step": trial["step"], "objective": trial["objective"], "held_s": held, "lag_s": lag,
+            "step": step, "objective": trial["objective"], "last_loss": trial.get("last_loss"),
+            "held_s": held, "lag_s": lag, "begun_after": begun_after,
             "pruned_step": trial["pruned_step"]}
 
 
-def _best_kept(none: dict, asha: dict) -> str:
-    """Whether ASHA kept the point that is best without a pruner, and why it may not."""
-    best = min((t for t in none["trials"] if t["objective"] is not None),
-               key=lambda t: t["objective"])
-    same = next(t for t in asha["trials"] if t["number"] == best["number"])
-    if same["state"] != "PRUNED":
-        return f"ASHA kept trial {best['number']}, the best without a pruner."
-    return (f"ASHA stopped trial {best['number']}, the best without a pruner, at step "
-            f"{same['pruned_step']}: the objective is the newest per-step `loss`, one batch's, "
-            "whose noise can rank a trial below others at a rung; an `eval_loss` objective "
-            "(a fixed set of samples, `eval`) judges every trial on the same data.")
+def _leader_line(leader: int | None, same_best: bool, rungs: list[int]) -> str:
+    """Whether ASHA had to keep no pruner's best trial, and did."""
+    where = f"steps {', '.join(map(str, rungs))}"
+    if leader is None:
+        return (f"Without a pruner the best trial was not ahead of every other at each rung "
+                f"({where}), so ASHA may rightly stop it: its rungs compare trials there.")
+    return (f"Without a pruner trial {leader} was the best and ahead of every other trial at "
+            f"each rung ({where}): ASHA " + ("kept it and found the same best." if same_best
+                                             else "did NOT find it as its best."))
 
 
 def _loss(value: float | None) -> str:
@@ -249,7 +308,7 @@ def plot(gaps: list[dict], searches: dict[str, dict], path) -> str:
     middle.bar(names, [searches[n]["worker_seconds"] for n in names], color=["#9d9d9d", "#54a24b"])
     middle.set(title="worker-seconds", xlabel="pruner")
     right.bar(names, [searches[n]["best"] for n in names], color=["#9d9d9d", "#54a24b"])
-    right.set(title="best loss found", xlabel="pruner")
+    right.set(title="best objective found", xlabel="pruner")
     return save_plot(fig, path)
 
 

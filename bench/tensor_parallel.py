@@ -21,7 +21,7 @@ import ray
 
 from bench.report import Figure, Goal, cli, load
 from workers.cluster.group import WorkerGroup
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 from workers.engine.tensor_parallel import tp_comm_theory_bytes
 
 MODEL = {"family": "llama", "n_layers": 4, "d_model": 256, "n_heads": 8, "n_kv_heads": 4,

@@ -29,7 +29,7 @@ def train_func(config: dict) -> None:
     import ray.train
     import torch.distributed as dist
 
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
     from workers.engine.trainer import Trainer
 
     trainer = Trainer(JobSpec.model_validate(config["spec"]))

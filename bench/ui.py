@@ -53,7 +53,7 @@ def fill_store(server: BrigadeServer, jobs: int, rows: int) -> str:
     from service.store.engine import transaction
     from service.store.models import Job, JobEvent
     from service.store.store import new_job_id
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     store = JobStore(server.database_url)
     store.migrate()

@@ -216,6 +216,18 @@ class Checkpointer:
         self.group.on_rank0("cleaning up at resume", tidy)
         return result
 
+    def rewind(self, step: int) -> None:
+        """What a job does when it goes on from an in-memory snapshot of `step`
+        (recovery in place): the steps saved after it are a dead branch its
+        next saves would collide with, and torn ones are left over: delete
+        them, as `resume` does after the step it loads."""
+
+        def tidy() -> None:
+            self.store.discard_newer_than(step)
+            self.store.cleanup_uncommitted()
+
+        self.group.on_rank0("cleaning up at a rewind", tidy)
+
     # -- housekeeping (collective; rank 0 does the I/O) ------------------------
 
     def cleanup_uncommitted(self, *, including_newer: bool = False) -> list[int]:

@@ -1,4 +1,5 @@
-"""Control plane: settings, states and the supervisor, and by concern `intake` (submit
+"""Control plane: settings, states and the supervisor, and by concern `control` (the
+supervisor's parts: requests, views, a job's storage, the leader's loop), `intake` (submit
 checks), `scheduling` (pure policies), `run` (the pass, runners, Ray), `store`, `observability`.
 
 Importing it changes nothing in the caller's environment: Ray's token auth

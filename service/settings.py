@@ -44,7 +44,8 @@ class Settings(BaseSettings):
     # each node's fork server (workers/cluster/fork_server.py): CPU ranks, warm or cold, are forked
     # from a process that has imported torch and the engine, not started from scratch
     fork_server: bool = True
-    # a failed job restarts after restart_backoff_s * 2**(restarts - 1) s, at most 10 s
+    # a failed job restarts after restart_backoff_s * 2**(n - 1) s, at most 10 s, n its
+    # failures since it last made progress (service/scheduling/restart.py)
     restart_backoff_s: float = Field(0.5, ge=0)
     preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets
     # fair share between tenants: what they held over this window counts; a job

@@ -1,4 +1,5 @@
-"""A job's lifecycle: the states and the one table of allowed transitions.
+"""A job's lifecycle: the states, the one table of allowed transitions, and the
+sets of states the control plane asks about (ACTIVE, HOLDING, LEAVING, ...).
 
     QUEUED -> STARTING -> RUNNING -> SUCCEEDED
                             |  |  \\-> FAILED
@@ -15,6 +16,11 @@
 
 Every change is a row in the job's event log with its reason; a transition
 not in the table is an error (`IllegalTransition`), never a silent overwrite.
+
+A hyperparameter sweep's states and its trials' (`SweepState`, `TrialState`)
+are here too, beside the jobs' that a trial's follows. This module imports
+nothing but `enum`: the API's schemas and the lean client (`api.client`, no
+database driver) type their states with these very enums.
 """
 
 from __future__ import annotations
@@ -43,9 +49,19 @@ class JobState(str, Enum):
 
 
 S = JobState
+# The sets of states the control plane asks about, each derived here once.
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PRUNED})
+NOT_FINAL = frozenset(JobState) - TERMINAL
+# Driven by a runner: holds workers, or may (a RESTARTING job between its attempts).
 ACTIVE = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.RESTARTING, S.CANCELLING,
                     S.PRUNING})
+HOLDING = ACTIVE - {S.RESTARTING}  # its workers held (a RESTARTING job holds none between attempts)
+IN_ATTEMPT = frozenset({S.STARTING, S.RUNNING})  # an attempt starting or training, not asked to leave
+WITHOUT_WORKERS = frozenset({S.QUEUED, S.SUSPENDED})  # not final, holding none: a cancel or prune ends it
+STOPPING = frozenset({S.CANCELLING, S.PRUNING})  # its group stopped at once (no checkpoint asked)
+YIELDING = frozenset({S.SUSPENDING, S.PREEMPTING})  # asked to checkpoint and stop within a grace
+LEAVING = STOPPING | YIELDING  # giving its workers back: no preemption needs to pick it
+REQUEUING = frozenset({S.PREEMPTING})  # leaving its workers to come back to the queue
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.FAILED, S.PRUNED}),
@@ -103,3 +119,37 @@ class IllegalTransition(ValueError):
 def check_transition(job_id: str, current: JobState, target: JobState) -> None:
     if target not in TRANSITIONS[current]:
         raise IllegalTransition(job_id, current, target)
+
+
+class SweepState(str, Enum):
+    """A sweep's state: QUEUED until a trial is launched, RUNNING while any
+    may be, then final (its trials' outcome; `service.sweeps.controller`)."""
+
+    QUEUED = "QUEUED"  # no trial launched yet (waiting for its `after` jobs too)
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"  # every trial ended, at least one succeeded
+    FAILED = "FAILED"  # every trial failed, or a dependency did (its error names it)
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in LIVE_SWEEP
+
+
+LIVE_SWEEP = (SweepState.QUEUED, SweepState.RUNNING)
+
+
+class TrialState(str, Enum):
+    """A trial's state, its job's (QUEUED while its job waits or before it has
+    one; FAILED with `error` when its spec was refused and it has no job)."""
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PRUNED = "PRUNED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (TrialState.QUEUED, TrialState.RUNNING)

@@ -4,8 +4,8 @@
 import subprocess
 import sys
 
-MODULES = ["api.client", "api.cli", "api.app", "service", "service.supervisor",
-           "service.run.ray_cluster", "workers", "workers.spec", "workers.cluster.group", "checkpoints"]
+MODULES = ["api.client", "api.cli.main", "api.server.app", "service", "service.supervisor",
+           "service.run.ray_cluster", "workers", "workers.schema", "workers.cluster.group", "checkpoints"]
 
 # Ray sets variables of its own when imported (RAY_CLIENT_MODE): it is
 # imported first, so what changes after is Brigade's doing.

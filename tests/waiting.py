@@ -3,6 +3,7 @@ watch a real process, thread or the page cache wait with."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -14,4 +15,13 @@ def wait_until(condition: Callable[[], bool], within_s: float, every_s: float = 
         if time.monotonic() > deadline:
             return False
         time.sleep(every_s)
+    return True
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of this pid exists (a zombie included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
     return True

@@ -1,6 +1,6 @@
 """The submit checks: one ordered list, `CHECKS`, run by `intake` on the spec
 the route parsed, for every job submitted (`POST /v1/jobs`, `POST /v1/datasets`,
-the dashboard's YAML: all through `Supervisor.submit`).
+the dashboard's YAML: all through `JobRequests.submit`).
 
 Each check guards a field (or a section) and refuses with the error the API
 has always answered: a `SpecError` at the field (422), `CapacityError` (422 at
@@ -11,29 +11,36 @@ read files next, the cluster last:
 
 1. `operator_only`: knobs the platform's own tools set, not a job
    (`sharding.grad_error_feedback`)
-2. `uris`: a relative uri (`datasets/corpus`) is read under the tenant's data
+2. `tracking.wandb`: the service has Weights & Biases' client (the `wandb`
+   extra) for a job that asks for a W&B run
+3. `uris`: a relative uri (`datasets/corpus`) is read under the tenant's data
    prefix, and stored whole (`service.intake.relative_uris`)
-3. `model.config_uri`: the Hugging Face config.json under the tenant's data
+4. `model.config_uri`: the Hugging Face config.json under the tenant's data
    prefix, read into the model's fields (`service.intake.model_config`)
-4. `after`: the jobs it waits on are the tenant's own, and none has failed
+5. `after`: the jobs it waits on are the tenant's own, and none has failed
    (`service.intake.dependencies`)
-5. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
-   the tenant's data prefix (`service.intake.data_access`), and token data what
-   its index says (`workers.datasets.checks`: a missing shard, a size or
-   checksum that does not match, a tokenizer that does not parse, a vocabulary
-   the model does not cover is a 422 naming the file, not a job that fails later;
-   not yet for a dataset that a prepare job it waits on is still making)
-6. `init`: a model directory whose headers fit the model, or one of the
+6. `data`: every uri the job names (`data.*`, `eval.uri`, `prepare.*`) under
+   the tenant's data prefix (`service.intake.data_access`), and there, read as
+   the ranks will read it (`workers.datasets.checks`, through fsspec with the
+   data's storage options): a byte-level file (`data.source: uri`) that is
+   missing, a folder, unreadable or shorter than a window, token data whose
+   index says otherwise (a missing shard, a size or checksum that does not
+   match, a tokenizer that does not parse, a vocabulary the model does not
+   cover), a text file or tokenizer that is not there is a 422 naming the
+   field and the file, not a job that fails later; not yet for data that a
+   prepare job it waits on is still making (under that job's output)
+7. `init`: a model directory whose headers fit the model, or one of the
    tenant's jobs: a committed checkpoint of it, or one still running to wait
    for (`service.intake.init_source`)
-7. `workers`: the job could ever be placed, at its smallest size
-8. `resources_per_worker.memory_gb`: the model's sharded state fits one
+8. `workers`: the job could ever be placed, at its smallest size
+9. `resources_per_worker.memory_gb`: the model's sharded state fits one
    worker's memory (that field's, or else the cluster's smallest share: the
    refusal is then at `model`) at every size the job may run at
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,10 +50,10 @@ from service.intake.dependencies import check_after, pending_datasets, reads_pen
 from service.intake.init_source import resolve_init
 from service.intake.model_config import resolve_model
 from service.intake.relative_uris import resolve_relative
-from service.run.ray_cluster import never_fits, worker_memory_bytes
-from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, shard_degrees
+from service.run.ray_cluster import cluster_capacity, never_fits, worker_memory_bytes
+from service.scheduling.memory_fit import GB, MemoryFitPolicy, model_size, remedies, shard_degrees
 from workers.cluster.errors import CapacityError
-from workers.spec import JobSpec, SpecError
+from workers.schema import URI_SOURCES, JobSpec, SpecError
 
 if TYPE_CHECKING:
     from checkpoints import CheckpointStore
@@ -76,6 +83,13 @@ def operator_only(spec: JobSpec, submission: Submission) -> JobSpec:
     return spec
 
 
+def wandb_client(spec: JobSpec, submission: Submission) -> JobSpec:
+    if spec.tracking.wandb is not None and importlib.util.find_spec("wandb") is None:
+        raise SpecError("tracking.wandb", "tracking.wandb: this service has no Weights & Biases "
+                                          "client (its operator installs brigade[wandb])")
+    return spec
+
+
 def uris(spec: JobSpec, submission: Submission) -> JobSpec:
     return resolve_relative(spec, submission.tenant, submission.data_root)
 
@@ -98,8 +112,8 @@ def job_data(spec: JobSpec, submission: Submission) -> JobSpec:
         uris["eval.uri"] = spec.eval.uri
     for field, uri in uris.items():
         check_data_uri(uri, submission.tenant, submission.data_root, field=field)
-    if spec.data.source in ("tokens", "text") and not _data_of_dependency(spec, submission):
-        from workers.datasets.checks import check_job_data  # reads the index and shards
+    if spec.data.source in URI_SOURCES and not _data_of_dependency(spec, submission):
+        from workers.datasets.checks import check_job_data  # reads the file, or the index and shards
 
         check_job_data(spec)
     return spec
@@ -130,6 +144,7 @@ def memory(spec: JobSpec, submission: Submission) -> JobSpec:
 
 CHECKS: tuple[Check, ...] = (
     Check("operator_only", operator_only),
+    Check("tracking.wandb", wandb_client),
     Check("uris", uris),
     Check("model.config_uri", model_config),
     Check("after", after),
@@ -150,7 +165,7 @@ def intake(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
     return spec
 
 
-# What a resume at another size checks again (Supervisor.resume), as the list does at submit.
+# What a resume at another size checks again (JobRequests.resume), as the list does at submit.
 
 def check_fits(spec: JobSpec, workers: int) -> None:
     """CapacityError unless `workers` ranks of the job could ever be placed on the live nodes."""
@@ -174,4 +189,17 @@ def check_memory(spec: JobSpec, world_sizes: Sequence[int]) -> None:
     decision = MemoryFitPolicy().check(model_size(spec), shard_degrees(spec, world_sizes),
                                        worker, source)
     if not decision.fits:
-        raise SpecError(field, f"{field}: {decision.reason}")
+        reason = decision.reason
+        if decision.fits_from is None:  # none of its sizes: say what would make it fit
+            reason += ". " + remedies(spec, decision.worker_bytes, room=_room(spec),
+                                      memory_field=field if res.memory_gb is not None else None)
+        raise SpecError(field, f"{field}: {reason}")
+
+
+def _room(spec: JobSpec) -> int:
+    """How many workers of the job's size the live nodes hold in all (CPUs and GPUs)."""
+    res, total = spec.resources_per_worker, cluster_capacity()
+    room = total["cpu"] // res.cpu
+    if res.gpu:
+        room = min(room, total["gpu"] // res.gpu)
+    return int(room)

@@ -18,7 +18,7 @@ import re
 import unicodedata
 from urllib.parse import unquote
 
-from workers.spec import SpecError
+from workers.schema import SpecError
 
 MAX_DECODINGS = 4  # `%25` nested deeper than this is refused outright
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")

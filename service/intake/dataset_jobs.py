@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from service.intake.data_access import check_data_uri, under_prefix
 from workers.datasets.errors import DataError
-from workers.spec import JobSpec, PrepareSpec, SpecError
+from workers.datasets.storage import data_storage_options
+from workers.schema import JobSpec, PrepareSpec, SpecError
 
 
 def prepare_job_spec(*, tenant: str, root: str, inputs: list[str], output: str,
@@ -28,7 +29,7 @@ def prepare_job_spec(*, tenant: str, root: str, inputs: list[str], output: str,
     for i, pattern in enumerate(inputs):
         _under_prefix(f"inputs.{i}", pattern, tenant, root)
     try:
-        files = expand_inputs(inputs)
+        files = expand_inputs(inputs, data_storage_options())
     except DataError as e:
         raise SpecError("inputs", f"inputs: {e}") from None
     prepare: dict = {"inputs": files, "output": output, "tokenizer": tokenizer,
@@ -52,12 +53,12 @@ def check_prepare(spec: PrepareSpec, tenant: str, root: str) -> None:
     import fsspec
 
     index = join(spec.output, INDEX_FILE)
-    fs, path = fsspec.core.url_to_fs(index)
+    fs, path = fsspec.core.url_to_fs(index, **data_storage_options())
     if fs.exists(path):
         raise SpecError("prepare.output", f"prepare.output: {index}: a dataset is already prepared here")
     if spec.tokenizer is not None:
         try:
-            check_tokenizer(spec.tokenizer, 1 << 30)
+            check_tokenizer(spec.tokenizer, 1 << 30, data_storage_options())
         except DataError as e:
             raise SpecError("prepare.tokenizer", f"prepare.tokenizer: {e}") from None
 

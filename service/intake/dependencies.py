@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from service.intake.data_access import check_data_uri
 from service.run.dependencies import dependency_ids
 from service.states import JobState
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 if TYPE_CHECKING:
     from service.store import JobStore
@@ -69,14 +69,19 @@ def pending_datasets(spec: JobSpec, tenant: str, root: str, store: JobStore) -> 
 
 
 def reads_pending(spec: JobSpec, pending: set[str], tenant: str, root: str) -> bool:
-    """Whether the job's token data (`data.uri`, a mixture's members,
-    `eval.uri`) includes one of the `pending` datasets."""
+    """Whether the job's data (`data.uri`, `data.tokenizer`, a mixture's
+    members, `eval.uri`) is one of the `pending` datasets or lies under one
+    (its tokenizer.json)."""
     if not pending:
         return False
     uris = list(spec.data.uris().values())
     if spec.eval is not None and spec.eval.uri is not None:
         uris.append(spec.eval.uri)
-    return any(_normal(uri, tenant, root) in pending for uri in uris)
+    return any(_under(_normal(uri, tenant, root), output) for uri in uris for output in pending)
+
+
+def _under(uri: str, output: str) -> bool:
+    return uri == output or uri.startswith(output + "/")
 
 
 def _normal(uri: str, tenant: str, root: str) -> str:

@@ -33,9 +33,10 @@ from checkpoints import CheckpointStore
 from checkpoints.safetensors_io import SafetensorsError, SafetensorsReader
 from service.intake.data_access import check_data_uri
 from service.store.errors import JobNotFound
-from workers.spec import JobSpec, SpecError
-from workers.spec.hf_format import config_mismatch, model_mismatch, weights_mismatch
-from workers.spec.peft_format import adapter_weights_mismatch, open_adapter
+from workers.datasets.storage import data_storage_options
+from workers.schema import JobSpec, SpecError
+from workers.schema.hf_format import config_mismatch, model_mismatch, weights_mismatch
+from workers.schema.peft_format import adapter_weights_mismatch, open_adapter
 
 if TYPE_CHECKING:
     from service.store import JobRecord, JobStore
@@ -97,7 +98,7 @@ def describe_optimizer(spec: JobSpec) -> str:
 def check_weights(spec: JobSpec, uri: str) -> None:
     """The model directory at `uri` fits the job's model (SpecError naming what does not)."""
     try:
-        reader = SafetensorsReader(uri)
+        reader = SafetensorsReader(uri, data_storage_options())  # as the ranks read it
         config = reader.config()
     except FileNotFoundError as e:
         raise SpecError("init.uri", f"init.uri: {uri} has no such file ({e.args[0] if e.args else e})"
@@ -118,7 +119,7 @@ def check_adapter(spec: JobSpec, uri: str) -> None:
     rank, alpha and targets) with every tensor of it at its shape (SpecError
     at init.adapter_uri naming what does not fit)."""
     assert spec.adapter is not None  # the spec allows an adapter_uri only with an adapter
-    reader = open_adapter(uri, spec.adapter)
+    reader = open_adapter(uri, spec.adapter, data_storage_options())
     found = {name: info.shape for name, info in reader.tensors.items()}
     problem = adapter_weights_mismatch(spec.model, spec.adapter, found)
     if problem is not None:

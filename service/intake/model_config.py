@@ -1,6 +1,6 @@
 """`model: {config_uri: ...}` resolved at submit: the Hugging Face config.json
 under the tenant's data prefix (any fsspec scheme; `service.intake.data_access`)
-is read once and turned into the model's fields (`workers.spec.hf_config`), and
+is read once and turned into the model's fields (`workers.schema.hf_config`), and
 the job is stored with those fields, not the URI: the engine never reads it,
 and a later change of the file changes no job.
 
@@ -17,9 +17,10 @@ like any other (e.g. `sharding.blocks_per_unit` against its layers).
 from __future__ import annotations
 
 from service.intake.data_access import check_data_uri
-from workers.spec import JobSpec, SpecError
-from workers.spec.hf_config import FIELD, resolve_config_uri
-from workers.spec.model import config_in
+from workers.datasets.storage import data_storage_options
+from workers.schema import JobSpec, SpecError
+from workers.schema.hf_config import FIELD, resolve_config_uri
+from workers.schema.model import config_in
 
 
 def resolve_model(spec: JobSpec, tenant: str, data_root: str) -> JobSpec:
@@ -28,7 +29,8 @@ def resolve_model(spec: JobSpec, tenant: str, data_root: str) -> JobSpec:
     if uri is None:
         return spec
     try:
-        return resolve_config_uri(spec, check_data_uri(uri, tenant, data_root, field=FIELD))
+        return resolve_config_uri(spec, check_data_uri(uri, tenant, data_root, field=FIELD),
+                                  data_storage_options())
     except SpecError as e:
         if e.field != FIELD or not read_from_init(spec):
             raise

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from service.intake.data_access import under_prefix
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 
 def named_uris(spec: JobSpec) -> dict[str, str]:

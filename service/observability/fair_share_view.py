@@ -1,7 +1,7 @@
 """Each tenant's fair share as the dashboard's cluster page shows it: a pure
 view over the tenants, their active and queued jobs, what each active job
 holds and the service the latest scheduling pass counted
-(`Admission.service`, dominant share-seconds over the fair-share window).
+(`SchedulingPass.service`, dominant share-seconds over the fair-share window).
 
 A tenant's entitled share is its weight over the weights of the tenants that
 want something now (a job active or queued); a tenant wanting nothing is
@@ -38,8 +38,10 @@ def tenant_shares(
     tenants: Iterable[TenantRecord], active: Iterable[JobRecord], queued: Iterable[JobRecord],
     held: Mapping[str, Resources], total: Resources, service: Mapping[str, float],
 ) -> list[TenantShare]:
-    """One row per tenant (with a row, or with jobs: the admin), by name."""
-    rows: dict[str, dict] = {
+    """One row per tenant, by name, the admin's first: the admin key's own jobs are
+    the tenant `admin`'s, which has no tenant row (weight 1, no quota) and is shown
+    whether or not it has a job now."""
+    rows: dict[str, dict] = {ADMIN_TENANT: {"weight": 1.0, "quota": full_quota(None)}} | {
         t.name: {"weight": t.weight, "quota": full_quota(t.quota)} for t in tenants
     }
     sums: dict[str, Resources] = {}

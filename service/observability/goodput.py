@@ -49,6 +49,17 @@ construction:
    the fault cut short. The last attempt's tail is training (the step in
    progress, or the end's wind-down).
 
+4. **Recoveries in place** (events of kind "recovery",
+   service/store/recovery_event.py: lost ranks replaced while the others kept
+   training, no restart, the same attempt). The event is written as training
+   goes on, and its `seconds` before it are `recovering` wherever the job was
+   RUNNING, before any row's span (the rows around it cannot claim them); the
+   RUNNING time from the last surviving row before them to their start is
+   `lost` (the steps the snapshot did not hold, and the one the loss cut
+   short, are done again: their rows are the later ones). A fallback's event
+   (not in place) marks its `seconds` `recovering` the same way; the
+   RESTARTING that follows is counted by 1 to 3.
+
 Rows without a `wall_time` (a dataset's preparation: a row a file) cannot be
 placed: such a job's RUNNING is all training. Intervals are clipped into the
 job's span and against each other, so clocks a little apart (the ranks' and
@@ -62,15 +73,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from service.states import JobState
+from service.states import HOLDING, IN_ATTEMPT, JobState
 from service.store.records import EventRecord, JobRecord
+from service.store.recovery_event import Recovery
 
 S = JobState
 PHASES = ("queued", "starting", "training", "data_wait", "eval", "checkpoint_stall",
           "recovering", "lost", "suspended")
 
+# A piece of RUNNING that a recovery's `seconds` hold (4 above): no span claims it.
+RECOVERING_IN_RUNNING = None
+
 # What an instant in each state is when nothing more precise says (1 above).
-_BY_STATE = {
+_BY_STATE: dict[JobState | None, str] = {
+    RECOVERING_IN_RUNNING: "recovering",
     S.QUEUED: "queued",
     S.PREEMPTING: "checkpoint_stall",
     S.RESTARTING: "recovering",
@@ -81,11 +97,7 @@ _BY_STATE = {
     S.STARTING: "starting",
     S.RUNNING: "training",
 }
-_HOLDING = frozenset({S.STARTING, S.RUNNING, S.SUSPENDING, S.PREEMPTING, S.CANCELLING, S.PRUNING})
-_STARTING_UP = frozenset({S.STARTING, S.RUNNING})
 _RUNNING = frozenset({S.RUNNING})
-# What of a metrics row the phase intervals read (a caller may load just these).
-INTERVAL_FIELDS = ("wall_time", "step_time_s", "data_wait_s", "eval_s", "checkpoint_stall_s")
 
 
 @dataclass(frozen=True)
@@ -126,7 +138,8 @@ def phase_intervals(job: JobRecord, events: list[EventRecord], rows: list[dict],
     """The job's life as (start, end, phase) pieces in epoch seconds, in
     order, covering [created_at, end) with no gap or overlap (the module's
     rules): what `job_goodput` sums, and what a caller clips to a window or
-    weighs by the workers held. `rows` need only INTERVAL_FIELDS."""
+    weighs by the workers held. `rows` need only the row's TIMING_FIELDS
+    (workers/schema/metrics_row.py)."""
     begin = job.created_at.timestamp()
     end = max(begin, (job.finished_at or now).timestamp())
     line = _Timeline.of(events, begin, end)
@@ -141,20 +154,29 @@ def phase_intervals(job: JobRecord, events: list[EventRecord], rows: list[dict],
 @dataclass
 class _Timeline:
     """The job's states as [start, end, state) pieces covering its span, in
-    order, and when each attempt began (each entry into STARTING) and each
-    fault was seen (each entry into RESTARTING)."""
+    order (RUNNING cut where a recovery held it: RECOVERING_IN_RUNNING), when
+    each attempt began (each entry into STARTING) and each fault was seen
+    (each entry into RESTARTING), and each in-place recovery's [start, end)."""
 
-    segments: list[tuple[float, float, JobState]]
+    segments: list[tuple[float, float, JobState | None]]
     attempts: list[float]
     faults: list[float]
+    in_place: list[tuple[float, float]]
 
     @classmethod
     def of(cls, events: Iterable[EventRecord], begin: float, end: float) -> _Timeline:
-        line = cls([], [], [])
+        line = cls([], [], [], [])
+        windows: list[tuple[float, float]] = []
         state, since = S.QUEUED, begin
         for event in events:
+            if (recovery := Recovery.of(event)) is not None:
+                done = min(end, max(begin, event.time.timestamp()))
+                window = (max(begin, done - recovery.seconds), done)
+                windows.append(window)
+                if recovery.in_place:
+                    line.in_place.append(window)
             if event.to_state is state and event.from_state is not None:
-                continue  # a note (reattached to its group): no change
+                continue  # a note (reattached to its group), a recovery: no change
             at = min(end, max(since, event.time.timestamp()))
             if at > since:
                 line.segments.append((since, at, state))
@@ -168,14 +190,45 @@ class _Timeline:
                 line.faults.append(at)
         if end > since:
             line.segments.append((since, end, state))
+        line.segments = _cut_running(line.segments, windows)
         return line
 
     def running_until(self, at: float, limit: float) -> float:
-        """Where the RUNNING time from `at` on ends (`at` itself if not RUNNING then)."""
+        """Where the RUNNING time from `at` on ends (`at` itself if not RUNNING
+        then), recoveries in it included."""
+        reached = at
         for seg_start, seg_end, state in self.segments:
-            if seg_start <= at < seg_end:
-                return min(limit, seg_end) if state is S.RUNNING else at
-        return at
+            if seg_end <= reached:
+                continue
+            if seg_start > reached or state not in (S.RUNNING, RECOVERING_IN_RUNNING):
+                break
+            reached = seg_end
+        return min(limit, reached) if reached > at else at
+
+
+def _cut_running(segments: list[tuple[float, float, JobState | None]],
+                 windows: list[tuple[float, float]]) -> list[tuple[float, float, JobState | None]]:
+    """The RUNNING segments with the recoveries' windows cut out of them as
+    RECOVERING_IN_RUNNING (4 above); other states as they are."""
+    if not windows:
+        return segments
+    out: list[tuple[float, float, JobState | None]] = []
+    for seg_start, seg_end, state in segments:
+        if state is not S.RUNNING:
+            out.append((seg_start, seg_end, state))
+            continue
+        reached = seg_start
+        for w_start, w_end in sorted(windows):
+            start, stop = max(w_start, reached), min(w_end, seg_end)
+            if stop <= start:
+                continue
+            if start > reached:
+                out.append((reached, start, S.RUNNING))
+            out.append((start, stop, RECOVERING_IN_RUNNING))
+            reached = stop
+        if seg_end > reached:
+            out.append((reached, seg_end, S.RUNNING))
+    return out
 
 
 def _attempt_spans(line: _Timeline, rows: list[dict], end: float) -> list[_Span]:
@@ -194,17 +247,37 @@ def _attempt_spans(line: _Timeline, rows: list[dict], end: float) -> list[_Span]
         startup = ("recovering" if any(previous <= t <= start for t in line.faults)
                    else "starting")
         if not mine:
-            spans.append(_Span(start, stop, startup, _STARTING_UP))
+            spans.append(_Span(start, stop, startup, IN_ATTEMPT))
             continue
         first = mine[0]
         spans.append(_Span(start, first["wall_time"] - _seconds(first, "eval_s"),
-                           startup, _STARTING_UP))
+                           startup, IN_ATTEMPT))
         for n, row in enumerate(mine):
             spans.extend(_row_spans(row, compute=n > 0))
+        spans.extend(_lost_to_recoveries(line, mine, start, stop))
         if later:  # done again by a later attempt: lost
             last = mine[-1]
             tail = last["wall_time"] + _seconds(last, "checkpoint_stall_s")
             spans.append(_Span(tail, line.running_until(tail, stop), "lost", _RUNNING))
+    return spans
+
+
+def _lost_to_recoveries(line: _Timeline, rows: list[dict], start: float,
+                        stop: float) -> list[_Span]:
+    """Each in-place recovery's lost span in the attempt [start, stop): its
+    RUNNING time from the last surviving row before the recovery (or the
+    recovery before it) to the recovery's start (4 above)."""
+    spans, reached, row_at = [], start, 0
+    for w_start, w_end in line.in_place:
+        if not start <= w_start < stop:
+            continue
+        while row_at < len(rows) and rows[row_at]["wall_time"] < w_start:
+            last = rows[row_at]
+            reached = max(reached, last["wall_time"] + _seconds(last, "checkpoint_stall_s"))
+            row_at += 1
+        if row_at and reached < w_start:  # a row before it: the start-up ended
+            spans.append(_Span(reached, w_start, "lost", _RUNNING))
+        reached = max(reached, w_end)
     return spans
 
 
@@ -218,10 +291,10 @@ def _row_spans(row: dict, *, compute: bool) -> list[_Span]:
         step = _seconds(row, "step_time_s")
         began = wall - eval_s - step
         waited = min(step, _seconds(row, "data_wait_s"))
-        spans += [_Span(began, began + waited, "data_wait", _HOLDING),
-                  _Span(began + waited, wall - eval_s, "training", _HOLDING)]
-    spans += [_Span(wall - eval_s, wall, "eval", _HOLDING),
-              _Span(wall, wall + stall, "checkpoint_stall", _HOLDING)]
+        spans += [_Span(began, began + waited, "data_wait", HOLDING),
+                  _Span(began + waited, wall - eval_s, "training", HOLDING)]
+    spans += [_Span(wall - eval_s, wall, "eval", HOLDING),
+              _Span(wall, wall + stall, "checkpoint_stall", HOLDING)]
     return spans
 
 
@@ -238,7 +311,7 @@ def _clipped(spans: list[_Span]) -> list[_Span]:
     return out
 
 
-def _attribute(segments: list[tuple[float, float, JobState]],
+def _attribute(segments: list[tuple[float, float, JobState | None]],
                spans: list[_Span]) -> list[tuple[float, float, str]]:
     """Each segment's time to the spans over it that may claim its state,
     the rest to the state's own phase, as pieces in order."""

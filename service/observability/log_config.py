@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import IO
 
-from service.observability.log_text import printable
+from service.log_text import printable
 
 _JOB: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
     "brigade_job", default=None)

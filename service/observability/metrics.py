@@ -7,7 +7,11 @@ Counted where things happen, for the life of the process:
     brigade_job_preemptions_total{tenant}        a job preempted (by a higher priority, or SIGTERM)
     brigade_job_prunes_total{tenant}             a sweep's trial stopped early by its pruner (PRUNED)
     brigade_scheduling_pass_duration_seconds     one scheduling pass
-    brigade_job_recovery_duration_seconds{kind}  from a failure (or notice) to the first new step
+    brigade_job_recovery_duration_seconds{kind}  from a failure (or notice) to the first new step;
+                                                 kind "in_place": a lost rank replaced, training on
+    brigade_recoveries_total{in_place}           ranks lost from a running group and recovered in
+                                                 place ("true") or by a fallback to a whole-group
+                                                 restart ("false"): `observe_recovery_event`
     brigade_checkpoint_save_duration_seconds     how long training waited for a checkpoint save
 
 Read from the store and Ray at each scrape (`ServiceCollector`):
@@ -29,6 +33,7 @@ them, with its supervisor's collector, in its own (`registry_for`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -36,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from service.observability.phase_counters import PhaseSecondsCollector
 from service.states import JobState
+from service.store import JobStore
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +57,24 @@ RECOVERY = Histogram(
     "brigade_job_recovery_duration_seconds",
     "From a failure (or a preemption notice) to the end of the first new step.", ["kind"],
     registry=None, buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+RECOVERIES = Counter(
+    "brigade_recoveries",
+    "Ranks lost from a running group: recovered in place, or fallen back to a whole-group restart.",
+    ["in_place"], registry=None)
+for _in_place in ("true", "false"):  # both series from the start, at 0
+    RECOVERIES.labels(in_place=_in_place)
 CHECKPOINT_SAVE = Histogram(
     "brigade_checkpoint_save_duration_seconds",
     "How long training waited for a checkpoint save (the whole save when blocking).",
     registry=None, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
-PROCESS_METRICS = (RESTARTS, PREEMPTIONS, PRUNES, SCHEDULING_PASS, RECOVERY, CHECKPOINT_SAVE)
+PROCESS_METRICS = (RESTARTS, PREEMPTIONS, PRUNES, SCHEDULING_PASS, RECOVERY, RECOVERIES,
+                   CHECKPOINT_SAVE)
 
 
 def count_transition(tenant: str, to: JobState) -> None:
-    """Count a state change that the counters follow."""
+    """Count a state change that the counters follow: told of every change the
+    store writes (`JobStore.on_transition`, set by the supervisor), so each is
+    counted once, wherever it was decided."""
     if to is JobState.RESTARTING:
         RESTARTS.labels(tenant=tenant).inc()
     elif to is JobState.PREEMPTING:
@@ -79,11 +94,22 @@ def observe_recovery(kind: str, seconds: float) -> None:
     RECOVERY.labels(kind=kind).observe(seconds)
 
 
+def observe_recovery_event(in_place: bool, seconds: float) -> None:
+    """A recovery that `JobStore.record_recovery` recorded, told by its caller
+    once it is written: counted by whether it was in place, and an in-place
+    one's `seconds` (the loss seen to training going on) observed as kind
+    "in_place". A fallback's time is the restart's, observed at its first new
+    step like any restart's."""
+    RECOVERIES.labels(in_place="true" if in_place else "false").inc()
+    if in_place:
+        observe_recovery("in_place", seconds)
+
+
 class ServiceCollector(Collector):
     """Jobs by state and tenant, capacity and usage, read at each scrape."""
 
-    def __init__(self, supervisor):
-        self.supervisor = supervisor
+    def __init__(self, store: JobStore, cluster_status: Callable[[], dict]):
+        self.store, self.cluster_status = store, cluster_status
 
     def describe(self):
         return self._families()
@@ -91,14 +117,14 @@ class ServiceCollector(Collector):
     def collect(self):
         jobs, capacity, usage, queue = self._families()
         try:
-            counts = self.supervisor.store.count_by_tenant_and_state()
+            counts = self.store.count_by_tenant_and_state()
             for tenant, by_state in sorted(counts.items()):
                 for state in JobState:
                     jobs.add_metric([tenant, state.value], by_state.get(state, 0))
         except Exception:  # the store is gone: say so in the log, scrape the rest
             logger.exception("metrics: cannot count the jobs")
         try:
-            cluster = self.supervisor.cluster_status()
+            cluster = self.cluster_status()
             for name, value in sorted(cluster["capacity"].items()):
                 capacity.add_metric([name], value)
             for name, value in sorted(cluster["usage"].items()):
@@ -123,20 +149,23 @@ class ServiceCollector(Collector):
 class LeaderCollector(Collector):
     """1 while this replica holds the leader lease, 0 while it follows."""
 
-    def __init__(self, supervisor):
-        self.supervisor = supervisor
+    def __init__(self, is_leader: Callable[[], bool]):
+        self.is_leader = is_leader
 
     def collect(self):
         leader = GaugeMetricFamily("brigade_leader",
                                    "1 while this replica leads the control plane, else 0.")
-        leader.add_metric([], 1 if self.supervisor.leadership.is_leader else 0)
+        leader.add_metric([], 1 if self.is_leader() else 0)
         return [leader]
 
 
 def registry_for(supervisor, *more) -> CollectorRegistry:
-    """A registry of the process's metrics, this supervisor's and `more`."""
+    """A registry of the process's metrics, this supervisor's
+    (`service.supervisor.Supervisor`: its store, views and leadership) and `more`."""
     registry = CollectorRegistry(auto_describe=True)
-    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor), LeaderCollector(supervisor),
+    leadership = supervisor.leadership
+    for collector in (*PROCESS_METRICS, ServiceCollector(supervisor.store, supervisor.views.cluster_status),
+                      LeaderCollector(lambda: leadership.is_leader),
                       PhaseSecondsCollector(supervisor.store), *more):
         registry.register(collector)
     return registry

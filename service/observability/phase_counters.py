@@ -34,12 +34,10 @@ from prometheus_client.registry import Collector
 
 from service.observability.goodput import phase_intervals
 from service.observability.usage import phase_rows
-from service.states import TERMINAL, JobState
+from service.states import NOT_FINAL
 from service.store.models import utcnow
 
 logger = logging.getLogger(__name__)
-
-NOT_FINAL = frozenset(JobState) - TERMINAL
 
 
 class PhaseTally:

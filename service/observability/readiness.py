@@ -1,20 +1,24 @@
 """Whether the control plane can serve: its store answers and Ray does.
 Each check runs with a deadline (a database or a Ray GCS that is gone may
-not fail fast), and says what is wrong in words."""
+not fail fast), and says what is wrong in words. Ray's own check is handed
+in (`service.run.ray_cluster.ray_unready`, through the control plane's
+views): this package does not talk to Ray."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 
-from service.observability.log_text import printable
-from service.run.ray_cluster import ray_unready
+from service.log_text import printable
+from service.store import JobStore
 
 CHECK_TIMEOUT_S = 5.0
 
 
-def readiness_problems(store, timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
-    """What keeps the service from being ready ([]: ready)."""
+def readiness_problems(store: JobStore, ray_unready: Callable[[], str | None],
+                       timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
+    """What keeps the service from being ready ([]: ready). `ray_unready`:
+    why Ray cannot be used now, or None."""
     problems = []
     store_problem = _within(timeout_s, "the job store", lambda: _store_problem(store))
     if store_problem:
@@ -25,7 +29,7 @@ def readiness_problems(store, timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
     return problems
 
 
-def _store_problem(store) -> str | None:
+def _store_problem(store: JobStore) -> str | None:
     try:
         store.ping()
     except Exception as e:

@@ -9,6 +9,14 @@
   tenant (`brigade/{tenant}`), a run per job named by its id (found again
   after a control-plane restart by its `brigade.job` tag), each row's
   numeric metrics at its step, and the run ended with the job.
+- Weights & Biases (`tracking: {wandb: {project, entity, mode}}` in the
+  job's spec; the `wandb` extra): a run per job whose id is the job's (so a
+  second runner, after a control-plane restart, resumes it), the spec as its
+  config, each row's numeric metrics at its step, the job's state in its
+  summary, and the export made when the job succeeded (`WandbRun.log_export`,
+  the run resumed once more). The key is the operator's (WANDB_API_KEY); an
+  offline run is written under WANDB_DIR (default: the service's data_dir), for `wandb sync`. The run never
+  captures the service's console, system metrics, git state or code.
 
 A tracker that fails is logged and left off for the rest of the runner's
 life: it never fails the job. The writers' libraries (tensorboardX for the
@@ -18,13 +26,18 @@ event protos, mlflow) are imported when a job asks for them.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from service.states import JobState
+
+if TYPE_CHECKING:
+    from workers.schema import WandbSpec
 
 logger = logging.getLogger(__name__)
 FLUSH_S = 10.0
@@ -124,13 +137,56 @@ class MlflowRun:
             self.client.set_terminated(self.run_id, status=_MLFLOW_STATUS[state])
 
 
+class WandbRun:
+    """The job's run on Weights & Biases, as the job's spec names it."""
+
+    def __init__(self, spec: WandbSpec, job_id: str, job_name: str, tenant: str,
+                 config: dict[str, Any], directory: str, labels: dict[str, str] | None = None,
+                 note: str | None = None):
+        import wandb
+
+        os.makedirs(directory, exist_ok=True)
+        self.run = wandb.init(
+            dir=directory, project=spec.project, entity=spec.entity, mode=spec.mode, id=job_id, name=job_name,
+            config={**config, "brigade": {"job": job_id, "tenant": tenant}},
+            tags=[f"{k}={v}"[:64] for k, v in sorted((labels or {}).items())], notes=note,
+            resume="allow", reinit="create_new", settings=wandb.Settings(
+                silent=True, console="off", x_disable_stats=True, x_disable_meta=True,
+                x_disable_machine_info=True, x_save_requirements=False, disable_git=True,
+                save_code=False, disable_job_creation=True))
+        self._last_step = -1
+
+    def add(self, rows: Iterable[dict]) -> None:
+        for row in rows:
+            step = int(row["step"])
+            if step <= self._last_step:  # W&B keeps a run's steps rising: a step done again is dropped
+                continue
+            metrics = numeric_metrics(row)
+            if metrics:
+                self.run.log(metrics, step=step)
+                self._last_step = step
+
+    def end(self, state: JobState) -> None:
+        self.run.summary["brigade_state"] = state.value
+        failed = state in (JobState.FAILED, JobState.CANCELLED)
+        self.run.finish(exit_code=1 if failed else 0)
+
+    def log_export(self, export: dict[str, Any]) -> None:
+        """An export of the job (its id, step, dtype, kind, bytes, uri) in the run's summary."""
+        self.run.summary["export"] = export
+        self.run.finish(exit_code=0)
+
+
+Tracker = TensorBoardFiles | MlflowRun | WandbRun
+
+
 class JobTracking:
     """The trackers one job's runner feeds, each made at first use from its
     maker (a tracker that fails is left off, and says why in `problems`)."""
 
-    def __init__(self, job_id: str, makers: dict[str, Callable[[], TensorBoardFiles | MlflowRun]]):
+    def __init__(self, job_id: str, makers: dict[str, Callable[[], Tracker]]):
         self.job_id, self._makers = job_id, dict(makers)
-        self._sinks: dict[str, TensorBoardFiles | MlflowRun] = {}
+        self._sinks: dict[str, Tracker] = {}
         self.problems: list[str] = []  # what failed since last read, for the job's log
 
     def record(self, rows: list[dict]) -> None:
@@ -143,10 +199,13 @@ class JobTracking:
                   else None)
 
     def end(self, state: JobState) -> None:
-        """The runner is done: write out what is left; end the run of a job that ended."""
+        """The runner is done: write out what is left; end the run of a job that ended
+        (W&B's run is finished either way: a later runner resumes it by the job's id)."""
         self.flush(force=True)
         if state.is_terminal:
             self._use("mlflow", lambda sink: sink.end(state) if isinstance(sink, MlflowRun) else None)
+        if "wandb" in self._sinks:
+            self._use("wandb", lambda sink: sink.end(state) if isinstance(sink, WandbRun) else None)
 
     def _use(self, name: str, act: Callable) -> None:
         if name not in self._makers:

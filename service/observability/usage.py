@@ -32,11 +32,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from service.observability.goodput import INTERVAL_FIELDS, PHASES, phase_intervals
-from service.states import ACTIVE, JobState
+from service.observability.goodput import PHASES, phase_intervals
+from service.states import HOLDING, JobState
 from service.store.records import EventRecord, JobRecord
-
-HOLDING = ACTIVE - {JobState.RESTARTING}
+from workers.schema.metrics_row import TIMING_FIELDS
 
 Stretch = tuple[float, float, int]  # [start, end) in epoch seconds, and the workers held over it
 
@@ -99,13 +98,13 @@ def usage_by_tenant(
 
 def phase_rows(store, job: JobRecord) -> list[dict]:
     """The job's metrics rows with only the fields its phase intervals read
-    (the database picks them out of each row's JSON: far less to load); none
-    read for a job never launched (it has no rows)."""
+    (the row's TIMING_FIELDS: the database picks them out of each row's JSON,
+    far less to load); none read for a job never launched (it has no rows)."""
     if not job.attempt:
         return []
-    return [{name: value for name, value in zip(INTERVAL_FIELDS, values, strict=True)
+    return [{name: value for name, value in zip(TIMING_FIELDS, values, strict=True)
              if value is not None}
-            for _, *values in store.metric_columns(job.id, INTERVAL_FIELDS)]
+            for _, *values in store.metric_columns(job.id, TIMING_FIELDS)]
 
 
 def cluster_usage(usages: Iterable[TenantUsage]) -> TenantUsage:

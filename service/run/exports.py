@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 from checkpoints import CheckpointTarget
 from checkpoints.errors import CheckpointInvalid, TornCheckpoint
 from checkpoints.exports import ExportInfo, export_id
-from service.observability.log_text import printable
+from service.log_text import printable
 from service.states import JobState
 from workers.engine.export import export_problem, export_request
-from workers.spec.hf_format import NoHuggingFaceArchitecture, hf_config
+from workers.schema.hf_format import NoHuggingFaceArchitecture, hf_config
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -67,7 +67,8 @@ RunExport = Callable[[dict[str, Any], float], dict[str, Any]]
 
 
 class ExportService:
-    def __init__(self, settings: Settings, store: JobStore, target_of: Callable[[JobRecord], dict],
+    def __init__(self, settings: Settings, store: JobStore,
+                 target_of: Callable[[JobRecord], CheckpointTarget],
                  run: RunExport, on_done: Callable[[JobRecord, str, str | None], None] | None = None):
         self.settings, self.store, self._target_of, self._run = settings, store, target_of, run
         self._on_done = on_done  # (job, export id, error or None), e.g. an audit record
@@ -85,7 +86,7 @@ class ExportService:
             hf_config(job.spec.model, dtype)
         except NoHuggingFaceArchitecture as e:
             raise ExportRefused(422, f"model: {e}", "model") from None
-        target = CheckpointTarget.from_dict(self._target_of(job))
+        target = self._target_of(job)
         committed = [c.step for c in target.open_store().list_committed()]
         if step is None:
             if not committed:
@@ -134,7 +135,7 @@ class ExportService:
 
     def committed(self, job: JobRecord) -> list[ExportInfo]:
         """Committed exports, oldest step first; torn ones not being written are removed."""
-        exports = CheckpointTarget.from_dict(self._target_of(job)).open_exports()
+        exports = self._target_of(job).open_exports()
         with self._lock:
             writing = {ident for (job_id, ident) in self._writing if job_id == job.id}
         for ident in exports.cleanup_torn(keep=writing):
@@ -147,7 +148,7 @@ class ExportService:
 
     def file(self, job: JobRecord, ident: str, name: str) -> tuple[int, Iterator[bytes]]:
         """(size, chunks) of one committed export's file, once its sha256 is checked."""
-        exports = CheckpointTarget.from_dict(self._target_of(job)).open_exports()
+        exports = self._target_of(job).open_exports()
         try:
             entry = exports.verify_file(ident, name)
         except TornCheckpoint:
@@ -174,7 +175,7 @@ class ExportService:
     def _write(self, job: JobRecord, ident: str, step: int, dtype: str, kind: str,
                by: str) -> None:
         adapter = job.spec.adapter.model_dump(mode="json") if job.spec.adapter else None
-        request = export_request(self._target_of(job), job.spec.model, step, dtype,
+        request = export_request(self._target_of(job).to_dict(), job.spec.model, step, dtype,
                                  self.settings.export_max_shard_bytes, self._base_uri(job),
                                  kind=kind, adapter=adapter)
         error = None
@@ -189,7 +190,7 @@ class ExportService:
             logger.warning("job %s: export %s failed: %s", job.id, ident, error)
             try:
                 self.store.append_log(job.id, [f"export {ident} failed: {error}"])
-                CheckpointTarget.from_dict(self._target_of(job)).open_exports().delete(ident)
+                self._target_of(job).open_exports().delete(ident)
             except Exception:
                 logger.exception("job %s: cleaning up export %s", job.id, ident)
         finally:

@@ -3,7 +3,7 @@ for a job's attempt (a `WorkerGroup`, started and training). A test hands the
 runner a fake instead (tests/service/run/test_runner.py).
 
 A group is detached and named by (job, attempt), so that a control plane
-that restarts finds it again by name (`Supervisor.reconcile`).
+that restarts finds it again by name (`service.control.reconcile`).
 
 An attempt's start-up, phase by phase (`startup_phases`), goes on its first
 metrics row (`startup`) and into its log: where the seconds from launch to
@@ -12,6 +12,7 @@ the first step went.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from service.run.lifecycle import GroupOutcome
@@ -19,6 +20,7 @@ from workers.cluster.errors import WorkerGroupError
 from workers.cluster.group import WorkerGroup
 
 if TYPE_CHECKING:
+    from checkpoints import CheckpointTarget
     from service.store import JobRecord
     from workers.cluster.pool import RankPool
 
@@ -61,15 +63,24 @@ def startup_line(attempt: int, phases: dict[str, float]) -> str:
     return f"start-up of attempt {attempt}: first step {phases['total']:.2f} s after its launch ({parts})"
 
 
+GROUP_PREFIX = "brigade-j-"  # every job's worker group's name begins so (job ids: `j-...`)
+
+
 def group_name(job_id: str, attempt: int) -> str:
     return f"brigade-{job_id}-a{attempt}"
 
 
-def launch_group(job: JobRecord, checkpoint: dict, *, pg_timeout_s: float,
+def group_of_name(name: str) -> tuple[str, int] | None:
+    """(job id, attempt) of a worker group's name (`group_name`'s), or None."""
+    found = re.fullmatch(r"brigade-(j-[0-9a-f]+)-a([0-9]+)", name)
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def launch_group(job: JobRecord, checkpoint: CheckpointTarget, *, pg_timeout_s: float,
                  pool: RankPool | None = None) -> WorkerGroup | GroupOutcome:
     """The job's current attempt (`job.workers` ranks), started and training
-    from its latest checkpoint under `checkpoint` (a `CheckpointTarget` as a
-    dict), its ranks' processes warm ones from `pool` where it has them; or
+    from its latest checkpoint under `checkpoint` (handed to the ranks as
+    itself), its ranks' processes warm ones from `pool` where it has them; or
     how its start failed, with nothing of it left on the cluster."""
     assert job.workers is not None, "a job is launched at the size its admission or restart gave"
     spec = job.spec

@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import ray
 
+from workers.cluster import nodes
 from workers.cluster.errors import CapacityError
+from workers.cluster.node_view import NodeView
 from workers.cluster.placement import bundle_of, check_capacity
 from workers.cluster.pool import find_assigned
+from workers.cluster.rank_info import RankInfo
 from workers.engine.distributed import LOOPBACK, free_port
 
 logger = logging.getLogger(__name__)
@@ -208,9 +213,42 @@ def never_fits(workers: int, cpu: float, gpu: float, placement: str) -> str:
     return ""
 
 
-def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
-    """Total CPUs and GPUs of the cluster's live nodes (less those `exclude`d)."""
+DRAINS_TTL_S = 0.5  # the runners of many jobs poll at once: one GCS read serves them all
+_drains_cache: tuple[float, dict[str, NodeView]] = (-math.inf, {})
+_drains_lock = threading.Lock()
+
+
+def draining_nodes() -> dict[str, NodeView]:
+    """The live nodes Ray drains, by node id (workers/cluster/nodes.py, read
+    at most every DRAINS_TTL_S: nothing new is placed there, and each goes by
+    its `drain_deadline`; none where Ray is not connected or does not answer)."""
+    global _drains_cache
+    if not ray.is_initialized():
+        return {}
+    with _drains_lock:
+        read_at, drains = _drains_cache
+        if time.monotonic() - read_at < DRAINS_TTL_S:
+            return drains
+        try:
+            drains = nodes.draining_nodes()
+        except Exception as e:  # noqa: BLE001  # a GCS that does not answer now: none known
+            logger.warning("the cluster's drains not read: %s: %s", type(e).__name__, e)
+            return drains
+        if set(drains) != set(_drains_cache[1]):
+            logger.info("draining nodes: %s", ", ".join(
+                f"{d.address} ({node_id[:12]}, deadline {d.drain_deadline})"
+                for node_id, d in drains.items()) or "none")
+        _drains_cache = (time.monotonic(), drains)
+        return drains
+
+
+def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset(),
+                     draining: bool = False) -> dict[str, float]:
+    """Total CPUs and GPUs of the cluster's live nodes, less those `exclude`d
+    and those draining (nothing new is placed there), unless `draining`."""
     total = {"cpu": 0.0, "gpu": 0.0}
+    if not draining:
+        exclude = set(exclude) | set(draining_nodes())
     for node in ray.nodes():
         if node["Alive"] and node["NodeID"] not in exclude:
             total["cpu"] += node["Resources"].get("CPU", 0.0)
@@ -294,7 +332,8 @@ def group_workers(group: str, num_workers: int, *, pool_prefix: str,
     """Where the ranks of a live worker group run, asked of the ranks by name
     (as a reattaching leader finds them), changing nothing: what a follower
     replica, which runs no runner, shows of a job's workers. Each rank that
-    answers: {"rank", "node", "pid", "state": "running"}."""
+    answers (its `RankInfo`), as the API shows it: {"rank", "node", "node_id",
+    "pid", "state": "running"}."""
     actors: dict[int, object] = {}
     for rank in range(num_workers):
         try:
@@ -310,8 +349,10 @@ def group_workers(group: str, num_workers: int, *, pool_prefix: str,
     shown = []
     for rank, actor in sorted(actors.items()):
         try:
-            info = ray.get([actor.node_info.remote()], timeout=timeout_s)[0]  # type: ignore[attr-defined]
+            info: RankInfo = ray.get([actor.node_info.remote()],  # type: ignore[attr-defined]
+                                     timeout=timeout_s)[0]
         except Exception:
             continue
-        shown.append({"rank": rank, "node": info["node_ip"], "pid": info["pid"], "state": "running"})
+        shown.append({"rank": rank, "node": info.node_ip, "node_id": info.node_id, "pid": info.pid,
+                      "state": "running"})
     return shown

@@ -1,7 +1,8 @@
 """What an interruption cost once the job trains again: recovery time and
-lost steps, as metrics of the first step of the new attempt, whether it
-follows a failure (a restart) or a preemption. Whether a failed job restarts,
-and after how long, is the restart policy's (service/scheduling/restart.py).
+lost steps, as metrics of the first step of the new attempt (the metrics
+row's RECOVERY_FIELDS, workers/schema/metrics_row.py), whether it follows a
+failure (a restart) or a preemption. Whether a failed job restarts, and
+after how long, is the restart policy's (service/scheduling/restart.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from service.states import JobState as S
 
 INTERRUPTIONS = {S.RESTARTING: "restart", S.PREEMPTING: "preemption"}
-RECOVERY_FIELDS = ("recovered_from", "recovery_s", "lost_steps")  # on an attempt's first row
 
 
 @dataclass
@@ -20,7 +20,7 @@ class Interruption:
     """An attempt that follows a failure or a preemption: when the old one
     stopped (the event that said so) and the last step it was seen to take."""
 
-    kind: str  # "restart" | "preemption"
+    kind: str  # "restart" | "preemption" | "recovery" (in place: workers/cluster/replace.py)
     since: float  # epoch seconds
     last_step: int
 
@@ -38,7 +38,7 @@ class Interruption:
         return None
 
     def measure(self, first_row: dict) -> dict:
-        """What to add to the first metrics row of the new attempt."""
+        """What to add to the first metrics row of the new attempt: its RECOVERY_FIELDS."""
         resumed_from = int(first_row.get("resumed_from", first_row["step"] - 1))
         ended = float(first_row.get("wall_time") or time.time())
         return {

@@ -24,36 +24,56 @@ from typing import TYPE_CHECKING, Protocol
 
 from service.observability import metrics as service_metrics
 from service.observability.log_config import about_job
+from service.run.drains import DrainFollower
 from service.run.launch import startup_line, startup_phases
 from service.run.lifecycle import GroupOutcome, JobFacts, Outcome, Transition, decide, restart_at
-from service.run.recovery import RECOVERY_FIELDS, Interruption
+from service.run.recovery import Interruption
 from service.scheduling.restart import Failure, RestartPolicy
-from service.states import IllegalTransition
+from service.states import YIELDING, IllegalTransition
 from service.states import JobState as S
 from service.store.errors import Deposed, JobNotFound, UnexpectedState
-from workers.cluster.errors import WorkerGroupError
+from workers.cluster.errors import RankError, WorkerGroupError, is_permanent
+from workers.cluster.in_place import CannotRecover
+from workers.schema.metrics_row import RECOVERY_FIELDS
 
 if TYPE_CHECKING:
     from service.observability.tracking import JobTracking
     from service.store import JobRecord, JobStore
+    from workers.cluster.group_status import GroupStatus
+    from workers.cluster.move import Move
+    from workers.cluster.node_view import NodeView
+    from workers.cluster.rank_info import RankInfo
+    from workers.cluster.replace import Recovery
 
 logger = logging.getLogger(__name__)
 SETTLE_TRIES = 5  # decisions in a row undone by the job moving meanwhile, before giving up
+# A pruned job's ranks, told to stop at their next step, are killed if they have not stopped
+# within this (or the job's grace period, if shorter): a slow save, a hung rank.
+PRUNE_STOP_S = 10.0
+LOOK_S = 0.05  # how often a runner waiting out its poll interval looks whether it must detach
 
 
 class Group(Protocol):
     """What a runner uses of a started worker group (`workers.cluster.group.WorkerGroup`)."""
 
-    node_infos: list[dict]  # per rank: node_id, node_ip, pid
+    node_infos: list[RankInfo]  # where each rank runs, by rank
     backend: str | None
     may_shutdown: Callable[[], bool] | None  # asked before shutdown kills anything
 
     def progress(self, since: int = 0) -> list[dict]: ...
     def output(self) -> list[list[str]]: ...  # each rank's stdout/stderr lines since the last call
-    def status(self) -> dict: ...
+    def status(self) -> GroupStatus: ...
     def startup(self) -> dict[str, float]: ...  # when each start-up phase ended ({}: not known)
     def request_stop(self) -> None: ...
+    def signal_stop(self) -> None: ...  # request_stop, not waiting for the ranks' answers
     def shutdown(self) -> None: ...
+
+    # Recovery in place: whether the group can replace a lost rank, and doing it
+    # (CannotRecover where it cannot: workers/cluster/replace.py).
+    in_place: bool
+
+    def recover(self, lost: list[int]) -> Recovery: ...
+    def move(self, ranks: list[int], avoid: set[str]) -> Move: ...  # off draining nodes
 
 
 # The job's current attempt started and training (`job.workers` ranks), or
@@ -77,6 +97,8 @@ class ControlPlane:
     # raises (`Deposed`) unless this replica still leads: asked before the runner stops or
     # kills a group (a deposed leader's runner leaves it to the next leader); None: never
     confirm_leading: Callable[[], None] | None = None
+    # the cluster's draining nodes by id (service.run.ray_cluster.draining_nodes); None: none watched
+    draining: Callable[[], dict[str, NodeView]] | None = None
 
 
 class JobRunner(threading.Thread):
@@ -87,13 +109,17 @@ class JobRunner(threading.Thread):
         self.policy, self.poll_interval_s = policy, poll_interval_s
         self.group = attached
         self.detach = threading.Event()  # the control plane is stopping: leave the group be
+        self.nudged = threading.Event()  # look at the job now, not at the next poll
         self._nodes: set[str] = set()  # where the last attempt's ranks ran
         self._failures: list[Failure] = []  # those this runner saw, for the restart policy
         self._interruption: Interruption | None = None  # what the running attempt recovers from
+        self._failed_at_step: int | None = None  # the job's step at its last recovery in place
         self._tracking: JobTracking | None = None  # made at the first rows
         # Reattached: the attempt's rows are fetched again from its first, whose
         # recovery figures (recorded by the runner before) must not be lost.
         self._keep_recovery = attached is not None
+        draining = control.draining if control is not None and control.draining else dict
+        self._drains = DrainFollower(job_id, store, draining, self._confirm_leading)
 
     # -- the life of one job --------------------------------------------------
 
@@ -126,7 +152,7 @@ class JobRunner(threading.Thread):
                 ended = watched
                 if self._tracking is not None:  # the attempt's last rows out before its end is recorded
                     self._tracking.flush(force=True)
-                self._nodes = {info["node_id"] for info in group.node_infos}
+                self._nodes = {info.node_id for info in group.node_infos}
                 self._confirm_leading()
                 group.shutdown()
                 group = self.group = None
@@ -144,6 +170,26 @@ class JobRunner(threading.Thread):
             if self.group is not None and not self.detach.is_set() and self._still_leading():
                 self.group.shutdown()
             self.control.done(self.job_id)
+
+    def stop_now(self) -> None:
+        """The job was just pruned: its ranks are told to stop at their next
+        step at once, from the caller's thread (whatever the runner is
+        waiting on), and the runner looks at the job now."""
+        group = self.group
+        if group is not None:
+            try:
+                group.signal_stop()
+            except Exception as e:  # the group is going anyway: the runner's look stops it
+                logger.warning("job %s: telling its ranks to stop: %s", self.job_id, e)
+        self.nudged.set()
+
+    def _pause(self) -> None:
+        """Wait out a poll interval; less where the runner is nudged or must detach."""
+        deadline = time.monotonic() + self.poll_interval_s
+        while not self.detach.is_set() and (left := deadline - time.monotonic()) > 0:
+            if self.nudged.wait(min(left, LOOK_S)):
+                self.nudged.clear()
+                return
 
     def _confirm_leading(self) -> None:
         """`Deposed` unless this replica still leads (before acting on a group)."""
@@ -173,6 +219,7 @@ class JobRunner(threading.Thread):
         elif job.state is not S.STARTING:  # cancelled, pruned or preempted in its backoff: no launch
             return GroupOutcome(Outcome.NO_GROUP)
         self._interruption = Interruption.before(self.store, job)
+        self._drains.new_attempt()
         started = self.launch(job)
         if isinstance(started, GroupOutcome):
             return started
@@ -185,7 +232,7 @@ class JobRunner(threading.Thread):
             )
         self.store.append_log(self.job_id, [
             f"attempt {job.attempt}: {job.workers} ranks on "
-            f"{', '.join(sorted({i['node_ip'] for i in started.node_infos}))}, "
+            f"{', '.join(sorted({i.node_ip for i in started.node_infos}))}, "
             f"backend {started.backend}"
         ])
         return started
@@ -207,20 +254,47 @@ class JobRunner(threading.Thread):
                 seen += self._record(fetched)
                 self._record_output(group)  # before the status: a rank that failed said why
                 status = group.status()
+                noticed = time.time()
+                moved = self._drains.check(group) if status.state == "running" else None
+                if isinstance(moved, WorkerGroupError):
+                    raise moved  # a move off a draining node broke the group: restarted
             except WorkerGroupError as e:  # a rank failed or was lost, or none answers (hung)
-                return GroupOutcome.failed(e, group.node_infos)
-            if status["state"] in ("done", "preempted"):
+                recovered = self._recover_in_place(group, e)
+                if recovered is None:
+                    return GroupOutcome.failed(e, group.node_infos)
+                if recovered.replaced_rank0:  # its rows start again in a new process
+                    seen = 0
+                continue
+            if moved is not None:  # moved off a draining node, in place
+                self._interruption = Interruption("move", noticed, moved.step)
+                if 0 in moved.ranks:  # rank 0's rows start again in a new process
+                    seen = 0
+            if status.state in ("done", "preempted"):
                 self._record(group.progress(seen))
                 self._record_output(group)
-                if status["state"] == "done":
+                if status.state == "done":
                     return GroupOutcome(Outcome.FINISHED)
-                return GroupOutcome(Outcome.PREEMPTED, status.get("reason"))
+                return GroupOutcome(Outcome.PREEMPTED, status.reason)
             state = self._job().state
             if state is S.CANCELLING:
                 return GroupOutcome(Outcome.CANCELLED)
-            if state is S.PRUNING:  # stopped at once, as a cancel: its last checkpoint stays
-                return GroupOutcome(Outcome.PRUNED)
-            if state in (S.SUSPENDING, S.PREEMPTING):
+            if state is S.PRUNING:
+                # Its ranks stop at their next step (its pruner told them at once: `stop_now`;
+                # told again here, for a runner that took the group up later), their rows read
+                # and their save committed, as they end; past PRUNE_STOP_S they are killed (the
+                # last committed checkpoint stays: a save cut short never commits).
+                if stop_sent is None:
+                    self._confirm_leading()
+                    try:
+                        group.request_stop()
+                    except WorkerGroupError:  # a rank gone or hung: no waiting for it
+                        return GroupOutcome(Outcome.PRUNED)
+                    stop_sent = time.monotonic()
+                elif time.monotonic() - stop_sent > min(grace, PRUNE_STOP_S):
+                    return GroupOutcome(Outcome.PRUNED)
+                self._pause()
+                continue
+            if state in YIELDING:
                 if stop_sent is None:
                     self._confirm_leading()
                     group.request_stop()
@@ -229,8 +303,42 @@ class JobRunner(threading.Thread):
                     return GroupOutcome(Outcome.KILLED, (
                         f"did not checkpoint and stop within its grace period of {grace:g} s: "
                         "ranks killed"))
-            self.detach.wait(self.poll_interval_s)
+            self._pause()
         return None
+
+    def _recover_in_place(self, group: Group, error: WorkerGroupError) -> Recovery | None:
+        """Replace the rank `error` names and go on from the in-memory snapshot
+        (workers/cluster/replace.py), recorded as a `recovery` event; None where
+        the group cannot (no snapshots, the failure repeats at the same step,
+        or `CannotRecover`): the job then restarts as a whole, the event says why."""
+        if not isinstance(error, RankError) or not group.in_place or is_permanent(str(error)):
+            return None  # bad data or a compiler that cannot run fails the same way in place
+        lost_at, job = time.time(), self._job()
+        first_line = str(error).split("\n", 1)[0]
+        try:
+            if self._failed_at_step == job.step:
+                raise CannotRecover(f"the failure repeats at step {job.step}")
+            self._failed_at_step = job.step
+            self._confirm_leading()
+            recovery = group.recover([error.rank])
+        except CannotRecover as why:
+            seconds = time.time() - lost_at
+            self.store.record_recovery(self.job_id, ranks=[error.rank], from_step=job.step,
+                                       to_step=None, seconds=seconds, in_place=False,
+                                       reason=f"{first_line}; {why}")
+            service_metrics.observe_recovery_event(in_place=False, seconds=seconds)
+            return None
+        # The store's step lags the ranks' by a poll: the survivors say how far they got.
+        reached = max(job.step, recovery.reached)
+        self.store.record_recovery(self.job_id, ranks=recovery.ranks, from_step=reached,
+                                   to_step=recovery.step, seconds=recovery.seconds, in_place=True,
+                                   reason=first_line)
+        service_metrics.observe_recovery_event(in_place=True, seconds=recovery.seconds)
+        self.store.append_log(self.job_id, [
+            f"{recovery.where} lost at step {reached}: replaced in place in {recovery.seconds:.2f} s, "
+            f"every rank restored the in-memory snapshot of step {recovery.step}"])
+        self._interruption = Interruption("recovery", lost_at, reached)
+        return recovery
 
     # -- recording the decision -------------------------------------------------
 
@@ -251,6 +359,7 @@ class JobRunner(threading.Thread):
             JobFacts.of(job), ended, policy=self.policy, failures=self._failures,
             checkpoint=self._latest_checkpoint(job) if ran else None,
             multi_node=ran and self.control.live_nodes() > 1,
+            steps=self.store.attempt_steps(self.job_id, job.attempt) if ran else None,
         )
         self._apply(transition, job)
         if transition.failure is not None:
@@ -262,12 +371,13 @@ class JobRunner(threading.Thread):
         if transition.via is not None:
             job = self._apply(transition.via, job)
         if transition.to is None:
+            if transition.reason:
+                self.store.note(self.job_id, transition.reason)
             return job
         moved = self.store.transition(self.job_id, transition.to, expect=job.state,
                                       reason=transition.reason, **transition.fields)
         logger.info("job %s: %s -> %s: %s", self.job_id, job.state.value, moved.state.value,
                     transition.reason)
-        service_metrics.count_transition(moved.tenant, moved.state)
         return moved
 
     # -- progress -----------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Admission and preemption as the supervisor carries them out: read the
-queue, the active jobs, the tenants and the cluster into the scheduling
-views, ask the policies (`service.scheduling`), and act on what they decide:
-start the jobs admitted (QUEUED -> STARTING at the size chosen) and mark the
-victims of a preemption PREEMPTING, saying who preempted them and why.
+"""The scheduling pass (`SchedulingPass`): admission and preemption as the
+leader's loop carries them out. It reads the queue, the active jobs, the
+tenants and the cluster into the scheduling views, asks the policies
+(`service.scheduling`), and acts on what they decide: it starts the jobs
+admitted (QUEUED -> STARTING at the size chosen) and marks the victims of a
+preemption PREEMPTING, saying who preempted them and why.
 Queued jobs that wait on jobs are held back first, or failed where one
 failed (`service.run.dependency_gate`).
 
@@ -21,9 +22,8 @@ from collections.abc import Callable, Set
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from service.observability import metrics as service_metrics
 from service.run.dependency_gate import DependencyGate
-from service.run.ray_cluster import cluster_capacity, lost_nodes
+from service.run.ray_cluster import cluster_capacity, draining_nodes, lost_nodes
 from service.scheduling import (
     Capacity,
     Demand,
@@ -36,7 +36,7 @@ from service.scheduling import (
 )
 from service.scheduling.service_history import ServiceHistory, spans_holding_workers
 from service.settings import Settings
-from service.states import ACTIVE, IllegalTransition
+from service.states import ACTIVE, LEAVING, IllegalTransition
 from service.states import JobState as S
 from service.store import JobRecord, JobStore
 from service.store.tenants import tenant_policy
@@ -46,11 +46,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LEAVING = frozenset({S.PREEMPTING, S.SUSPENDING, S.CANCELLING, S.PRUNING})
 
-
-class Admission:
-    """One pass at a time, from the supervisor's loop (never concurrently)."""
+class SchedulingPass:
+    """One pass at a time, from the leader's loop (never concurrently)."""
 
     def __init__(self, settings: Settings, store: JobStore, *,
                  checkpoints_of: Callable[[JobRecord], CheckpointStore] | None = None):
@@ -89,7 +87,8 @@ class Admission:
         """Decide and act once; the jobs moved to STARTING, for the caller
         to launch."""
         now = time.time()
-        total = Resources(**cluster_capacity())
+        drains = draining_nodes()
+        total = Resources(**cluster_capacity())  # less the draining nodes: nothing new goes there
         active = self.store.jobs_in_states(ACTIVE)
         queued_records = self.store.jobs_in_states([S.QUEUED])
         ready, held_back = self.dependencies.hold(queued_records)
@@ -105,6 +104,12 @@ class Admission:
         owed = self.history.owed(total, now, expected)
         decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity, owed)
         self.waiting = {**decision.waiting, **held_back}
+        if drains:  # a wait for capacity that a draining node would have met says so
+            draining = ", ".join(f"node {drain.address} ({node_id[:12]})"
+                                 for node_id, drain in sorted(drains.items()))
+            self.waiting.update({job_id: f"{draining} draining: no capacity elsewhere; {why}"
+                                 for job_id, why in decision.waiting.items()
+                                 if why.startswith("capacity:")})
         self.service = dict(owed)
         records = {job.id: job for job in active + queued_records}
         started = self._start(decision.start, records)
@@ -198,8 +203,6 @@ class Admission:
                                   preemptions=job.preemptions + 1)
         except IllegalTransition as e:
             logger.info("job %s not preempted: %s", job.id, e)
-            return
-        service_metrics.count_transition(job.tenant, S.PREEMPTING)
 
     # -- views ------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from dataclasses import replace
 from statistics import median
 
 from service.run.ray_cluster import cluster_capacity
-from service.run.scheduling_pass import Admission
+from service.run.scheduling_pass import SchedulingPass
 from service.scheduling import Resources
 from service.scheduling.forecast import (
     Forecast,
@@ -44,14 +44,13 @@ from service.scheduling.forecast import (
     RunningWork,
     forecast_starts,
 )
-from service.states import ACTIVE
+from service.states import ACTIVE, REQUEUING
 from service.states import JobState as S
 from service.store import JobRecord, JobStore
 
 WINDOW = 20  # the latest rows a pace is taken from
 GAP_OUTLIER = 5.0  # a gap between rows this many times their median is not a step's
 SHAPE_FIELDS = ("model", "data", "train", "sharding", "workers", "resources_per_worker")
-REQUEUED = frozenset({S.PREEMPTING})  # a job leaving in these states comes back to the queue
 
 
 def shape_of(job: JobRecord) -> str:
@@ -82,9 +81,9 @@ def pace_of(rows: list[dict]) -> tuple[float | None, float | None, int | None]:
 
 
 class StartForecasts:
-    def __init__(self, admission: Admission, store: JobStore, ttl_s: float = 2.0,
+    def __init__(self, scheduling: SchedulingPass, store: JobStore, ttl_s: float = 2.0,
                  settings: ForecastSettings | None = None):
-        self.admission, self.store, self.ttl_s = admission, store, ttl_s
+        self.scheduling, self.store, self.ttl_s = scheduling, store, ttl_s
         self.settings = settings or ForecastSettings()
         self._paces: dict[str, float] = {}  # job shape -> the latest pace seen for it
         self._startups: deque[float] = deque(maxlen=20)  # recent first rows' start-up
@@ -115,12 +114,12 @@ class StartForecasts:
         active = self.store.jobs_in_states(ACTIVE)
         queued = self.store.jobs_in_states([S.QUEUED])
         # A job waiting on jobs gets no time, only what it waits for (as of the latest pass).
-        on_jobs = self.admission.dependencies.waiting
+        on_jobs = self.scheduling.dependencies.waiting
         waits = {job.id: Forecast(None, on_jobs[job.id]) for job in queued if job.id in on_jobs}
         queued = [job for job in queued if job.id not in waits]
         if not queued:
             return waits
-        running_views, queued_views, tenants = self.admission.views(active, queued)
+        running_views, queued_views, tenants = self.scheduling.views(active, queued)
         running = [self._running(job, view, now) for job, view in zip(active, running_views,
                                                                         strict=True)]
         waiting = [self._queued(job, view) for job, view in zip(queued, queued_views,
@@ -128,9 +127,9 @@ class StartForecasts:
         settings = self.settings
         if self._startups:
             settings = replace(settings, startup_s=median(self._startups))
-        settings = replace(settings, fair_share_horizon_s=self.admission.settings.fair_share_horizon_s)
+        settings = replace(settings, fair_share_horizon_s=self.scheduling.settings.fair_share_horizon_s)
         return {**forecast_starts(running, waiting, tenants, Resources(**cluster_capacity()), now,
-                                  self.admission.history_copy(), settings), **waits}
+                                  self.scheduling.history_copy(), settings), **waits}
 
     def _rows(self, job: JobRecord) -> list[dict]:
         rows = self.store.metrics(job.id, since_step=max(0, job.step - WINDOW + 1))
@@ -159,7 +158,7 @@ class StartForecasts:
         done = last if stepped_at is not None and last is not None else resume_from
         return RunningWork(view, max(0, total - done), pace, created_at=job.created_at,
                            stepped_at=stepped_at, started_at=job.updated_at.timestamp(),
-                           requeued=job.state in REQUEUED)
+                           requeued=job.state in REQUEUING)
 
     def _queued(self, job: JobRecord, view) -> QueuedWork:
         pace = None

@@ -9,7 +9,8 @@ jobs and capacities.
 - `QuotaPolicy.check_submit(...) -> QuotaDecision`: whether a tenant may queue
   a job (`quota`).
 - `RestartPolicy.decide(...) -> RestartDecision`: restart a failed job, after
-  how long, or give up (`restart`).
+  how long, or give up, counting the failures since it last made progress
+  (`RestartPolicy.made_progress`) (`restart`).
 
 One supervisor pass would read: build the views (and, for weights that hold
 on a small cluster, each tenant's `attained_service` over a recent window),
@@ -23,7 +24,7 @@ from service.scheduling.admission import AdmissionDecision, Scheduler
 from service.scheduling.fair_share import Run, attained_service
 from service.scheduling.preemption import PreemptionDecision, PreemptionPolicy
 from service.scheduling.quota import QuotaDecision, QuotaPolicy
-from service.scheduling.restart import Failure, RestartDecision, RestartPolicy
+from service.scheduling.restart import AttemptSteps, Failure, RestartDecision, RestartPolicy
 from service.scheduling.views import (
     Capacity,
     Demand,
@@ -36,7 +37,7 @@ from service.scheduling.views import (
 )
 
 __all__ = [
-    "AdmissionDecision", "Capacity", "Demand", "Failure", "PreemptionDecision",
+    "AdmissionDecision", "AttemptSteps", "Capacity", "Demand", "Failure", "PreemptionDecision",
     "PreemptionPolicy", "QueuedJob", "Quota", "QuotaDecision", "QuotaPolicy", "Resources",
     "RestartDecision", "RestartPolicy", "Run", "RunningJob", "Scheduler", "TenantPolicy",
     "attained_service", "effective_priority",

@@ -203,7 +203,7 @@ def forecast_starts(
 def _pass(sim: _Sim, scheduler: Scheduler, preemption: PreemptionPolicy,
           tenants: Mapping[str, TenantPolicy], total: Resources, t: float,
           starts: dict[str, float]) -> dict[str, str]:
-    """One simulated supervisor pass at time `t`, as `Admission.run_pass`
+    """One simulated supervisor pass at time `t`, as `SchedulingPass.run_pass`
     does it: admit, start, then offer `needs_room` to preemption. The
     waiting reasons it gives."""
     running = sim.running

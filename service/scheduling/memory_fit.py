@@ -6,7 +6,7 @@ parallelism, degree T, splits each parameter over T ranks first):
 
     sharded state      8 B x P / (N T)     fp32 param and grad
                        + the optimizer's state, as its descriptor counts it
-                       (workers/spec/recipes.py): AdamW's and Adam's two moments
+                       (workers/schema/recipes.py): AdamW's and Adam's two moments
                        8 B x P / (N T), SGD's momentum 4 (none without)
     + gathered         the largest FSDP unit's parameters, all-gathered in the
                        param dtype (a full_shard step gathers one unit at a
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 param, grad and AdamW's two moments: a made-up model's state
 GB = 1e9
@@ -40,7 +40,7 @@ class ModelSize:
     tp: int = 1
     optimizer: str = "adamw"
     # the sharded state per rank (params, grads, the optimizer's) at a shard degree
-    # (workers/spec/recipes.py model_state_bytes); None: AdamW's, 16 B/param
+    # (workers/schema/recipes.py model_state_bytes); None: AdamW's, 16 B/param
     state: Callable[[int], float] | None = None
 
     def per_rank_bytes(self, shard_degree: int) -> tuple[float, float]:
@@ -99,11 +99,65 @@ class MemoryFitPolicy:
         return MemoryDecision(False, reason, n, need[n], worker_bytes, fits_from)
 
 
+def remedies(spec: JobSpec, worker_bytes: float, *, room: int | None = None,
+             memory_field: str | None = None) -> str:
+    """What would make a job whose model fits none of its sizes fit
+    `worker_bytes` a rank, each with its figure, for the refusal's message:
+    the fewest workers at which it fits (`room`: how many workers of its size
+    the cluster could place, where known), a smaller model, more memory a
+    worker (`memory_field`: the field that set it, else a larger CPU share of
+    a node), parameters in a 2-byte dtype; and why `sharding.cpu_offload`
+    would not (the memory counted here is where it would put the state)."""
+    from workers.schema.base import MAX_WORKERS
+
+    model, largest = model_size(spec), spec.max_workers
+
+    def need(n: int, size: ModelSize = model) -> float:
+        return sum(size.per_rank_bytes(shard_degrees(spec, [n])[0][1]))
+
+    ways, tp = [], _tp(spec)
+    workers = next((n for n in range(largest + 1, MAX_WORKERS + 1)
+                    if n % tp == 0 and need(n) <= worker_bytes), None)
+    if workers is not None:
+        dp = workers // tp
+        batch = (f", train.global_batch_size at least {dp}"
+                 if spec.train.global_batch_size < dp else "")
+        place = (f"; the cluster has room for {room} workers of this size: add nodes"
+                 if room is not None and room < workers else "")
+        ways.append(f"at least {workers} workers (workers.max{batch}{place})")
+    elif (gathered := model.per_rank_bytes(1)[1]) < worker_bytes:
+        ways.append(f"more workers than the {MAX_WORKERS} a job may have")
+    else:
+        less = [way for way, applies in (
+            ("fewer sharding.blocks_per_unit", spec.sharding.blocks_per_unit > 1),
+            ("full_shard rather than shard_grad_op", spec.sharding.strategy == "shard_grad_op"))
+            if applies]
+        ways.append(f"no number of workers: what a rank gathers ({gathered / GB:.2f} GB) is the "
+                    "same at any shard degree" + (f" ({' or '.join(less)} gathers less)" if less else ""))
+    most = int(model.num_params * worker_bytes / need(largest))
+    ways.append(f"a model of at most about {most:,} parameters (this one has {model.num_params:,}) "
+                f"at {largest} workers")
+    if memory_field is not None:
+        ways.append(f"{memory_field} of at least {need(largest) / GB:.2f}, where the workers have it")
+    else:
+        ways.append("more memory a worker: a larger resources_per_worker.cpu (a worker's share of "
+                    "a node's memory grows with it) or nodes with more memory")
+    if spec.sharding.param_dtype == "float32":
+        half = spec.model_copy(update={"sharding": spec.sharding.model_copy(
+            update={"param_dtype": "bfloat16"})})
+        smaller = need(largest, model_size(half))
+        ways.append(f"sharding.param_dtype bfloat16 ({smaller / GB:.2f} GB a rank at {largest} "
+                    "workers" + ("" if smaller <= worker_bytes else ", not enough alone") + ")")
+    where = ("it moves a GPU's sharded state into host memory, the memory counted here"
+             if spec.resources_per_worker.gpu else "a CPU worker's state is in host memory already")
+    return f"To fit: {'; or '.join(ways)}. sharding.cpu_offload would not help: {where}"
+
+
 def model_size(spec: JobSpec) -> ModelSize:
     """A job's model, as the policy counts it (from the spec alone: torch-free)."""
     count = spec.model.param_count()
-    from workers.spec.adapter import job_state_bytes
-    from workers.spec.base import DTYPE_BYTES
+    from workers.schema.adapter import job_state_bytes
+    from workers.schema.base import DTYPE_BYTES
 
     sh, train, tp = spec.sharding, spec.train, _tp(spec)
 

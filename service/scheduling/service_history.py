@@ -2,7 +2,7 @@
 held and for how long, over a sliding window, charging a job just started
 for a typical run's length (`ServiceHistory.owed`).
 
-The admission pass feeds it the active jobs (`observe`); at a control
+The scheduling pass feeds it the active jobs (`observe`); at a control
 plane's start it is rebuilt from the job events (`spans_holding_workers`,
 `restore`), so a restart does not hand the tenant that had most the next
 free workers.
@@ -12,11 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 from service.scheduling import Resources
 from service.scheduling.fair_share import dominant_share
 from service.states import JobState
-from service.store.records import EventRecord
+
+
+class StateChange(Protocol):
+    """What the history reads of a job's event: when it reached which state
+    (the store's `EventRecord` is one; this package reads no database)."""
+
+    @property
+    def time(self) -> datetime: ...
+
+    @property
+    def to_state(self) -> JobState: ...
 
 
 @dataclass
@@ -94,7 +106,7 @@ class ServiceHistory:
 
 
 def spans_holding_workers(
-    events: Iterable[EventRecord], holding: Set[JobState]
+    events: Iterable[StateChange], holding: Set[JobState]
 ) -> list[tuple[float, float | None]]:
     """(start, end) in seconds since the epoch of each stretch a job spent in
     the `holding` states, from its events in order; end None: it is there still."""

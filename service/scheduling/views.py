@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from workers.cluster.placement import RESOURCE_EPS as EPS
-from workers.spec import MAX_PRIORITY
+from workers.schema import MAX_PRIORITY
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Demand:
 
     @classmethod
     def from_spec(cls, spec, world_sizes: Iterable[int] | None = None) -> Demand:
-        """From a `workers.spec.JobSpec` (read, not imported); `world_sizes`
+        """From a `workers.schema.JobSpec` (read, not imported); `world_sizes`
         overrides the spec's (e.g. a resume at a requested size)."""
         res = spec.resources_per_worker
         sizes = spec.world_sizes() if world_sizes is None else world_sizes

@@ -58,15 +58,20 @@ class JobReads:
     def list_jobs(
         self, *, tenant: str | None, states: Iterable[JobState] | None = None,
         limit: int = 50, offset: int = 0, name: str | None = None, sweep: str | None = None,
+        labels: Iterable[tuple[str, str]] = (),
     ) -> tuple[list[JobRecord], int]:
         """One page of a tenant's jobs (tenant None: every tenant's), newest
-        first, and how many there are in all (`sweep`: only that sweep's trials)."""
+        first, and how many there are in all (`sweep`: only that sweep's trials;
+        `labels`: only jobs with every one of these (key, value))."""
         params = {"tenant": tenant, "limit": limit, "offset": offset, "sweep": sweep,
                   "states": None if states is None else [JobState(s).value for s in states]}
         count, query = _list_queries(tenant is not None, states is not None, sweep is not None)
         if name:  # a part of the job's name, taken literally (no wildcards)
             named = _JOBS.c.name.contains(name, autoescape=True)
             count, query = count.where(named), query.where(named)
+        for key, value in labels:  # the JSON column's member: json_extract (SQLite), ->> (Postgres)
+            labelled = _JOBS.c.labels[key].as_string() == value
+            count, query = count.where(labelled), query.where(labelled)
         with self._reader.connect() as connection, connection.begin():  # count and page agree
             total = connection.execute(count, params).scalar_one()
             page = connection.execute(query, params)

@@ -3,6 +3,7 @@ exactly this schema (tests compare them)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +47,7 @@ AUDIT_ACTION_LENGTH = 32
 AUDIT_TARGET_LENGTH = 128
 AUDIT_CLIENT_LENGTH = 64  # an IPv6 address and a port fit
 REPLICA_LENGTH = 128  # a replica's name: host, pid and a random part
+EVENT_KIND_LENGTH = 32  # what an event is besides a state change: "recovery"
 
 # Row ids that may grow past 2**31 over a service's life; SQLite only
 # autoincrements an INTEGER primary key (its rowid).
@@ -123,6 +125,13 @@ class Job(Base):
     latest_loss: Mapped[float | None] = mapped_column(Float)
     # the sweep this job is a trial of (0008); None: a job of its own
     sweep: Mapped[str | None] = mapped_column(String(ID_LENGTH), index=True)
+    # lost ranks replaced while the others trained on, no restart (0010; `restarts` counts those)
+    recoveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # failures since the job last made progress (0010): what the restart policy counts
+    failures_since_progress: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # `key: value` pairs lists filter on, and free text (0011): set at submit, changed by PATCH
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    note: Mapped[str | None] = mapped_column(Text)
 
     def to_record(self) -> JobRecord:
         return job_record(self)
@@ -153,7 +162,8 @@ def job_row_record(row: Any) -> JobRecord:
     an ORM object costs ~30)."""
     (id_, tenant, name, state, spec, priority, workers, requested_workers, step, restarts,
      preemptions, checkpoint_step, checkpoint_world_size, attempt, error, idempotency_key,
-     created_at, started_at, finished_at, updated_at, latest_loss, sweep) = row
+     created_at, started_at, finished_at, updated_at, latest_loss, sweep, recoveries,
+     failures_since_progress, labels, note) = row
     checkpoint = None
     if checkpoint_step is not None:
         checkpoint = {"step": checkpoint_step, "world_size": checkpoint_world_size}
@@ -164,6 +174,8 @@ def job_row_record(row: Any) -> JobRecord:
         preemptions=preemptions, latest_checkpoint=checkpoint, attempt=attempt, error=error,
         idempotency_key=idempotency_key, created_at=created_at, started_at=started_at,
         finished_at=finished_at, updated_at=updated_at, latest_loss=latest_loss, sweep=sweep,
+        recoveries=recoveries, failures_since_progress=failures_since_progress,
+        labels=_labels(labels), note=note,
     )
 
 
@@ -180,8 +192,17 @@ def job_record(job: Any) -> JobRecord:
         preemptions=job.preemptions, latest_checkpoint=checkpoint, attempt=job.attempt,
         error=job.error, idempotency_key=job.idempotency_key, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, updated_at=job.updated_at,
-        latest_loss=job.latest_loss, sweep=job.sweep,
+        latest_loss=job.latest_loss, sweep=job.sweep, recoveries=job.recoveries,
+        failures_since_progress=job.failures_since_progress, labels=_labels(job.labels),
+        note=job.note,
     )
+
+
+def _labels(stored: Any) -> dict[str, str]:
+    """The stored labels (JSON text where the driver leaves it so, NULL for none) as a dict."""
+    if isinstance(stored, str):
+        stored = json.loads(stored)
+    return dict(stored or {})
 
 
 def _job_fk() -> ForeignKey:
@@ -210,13 +231,17 @@ class JobEvent(_JobHistory, Base):
     workers: Mapped[int | None] = mapped_column(Integer)
     # the control-plane replica that wrote it (0009); None: before replicas were named
     replica: Mapped[str | None] = mapped_column(String(REPLICA_LENGTH))
+    # what it is besides a state change (0010): "recovery"; None: a state change or a note
+    kind: Mapped[str | None] = mapped_column(String(EVENT_KIND_LENGTH))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the kind's own fields (0010)
 
     def to_record(self) -> EventRecord:
         return EventRecord(
             id=self.id, job_id=self.job_id, time=self.time,
             from_state=None if self.from_state is None else JobState(self.from_state),
             to_state=JobState(self.to_state), reason=self.reason, workers=self.workers,
-            replica=self.replica,
+            replica=self.replica, kind=self.kind,
+            detail=None if self.detail is None else dict(self.detail),
         )
 
 
@@ -308,7 +333,7 @@ class AuditEvent(Base):
 
 class Sweep(Base):
     """A hyperparameter sweep (0008): its spec as submitted (the base job spec,
-    the space, the sampler, the objective, the pruner: `workers.spec.sweep`),
+    the space, the sampler, the objective, the pruner: `workers.schema.sweep`),
     its state, and the Optuna study that searches it (kept in its own storage,
     `service.sweeps`). Its trials are jobs (`jobs.sweep`) and `sweep_trials`."""
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
 from service.states import JobState
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 
 class _ParsedSpecs:
@@ -101,6 +101,11 @@ class JobRecord:
     updated_at: datetime
     latest_loss: float | None = None  # the newest metrics row's loss; None: none yet
     sweep: str | None = None  # the sweep this job is a trial of; None: a job of its own
+    recoveries: int = 0  # lost ranks replaced while the others trained on (no restart)
+    failures_since_progress: int = 0  # what the restart policy counts (service.scheduling.restart)
+    # the current labels and note (workers/schema/labels.py): the spec's as submitted, or as changed
+    labels: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -119,6 +124,10 @@ class EventRecord:
     reason: str
     workers: int | None = None  # the world size held after it; None: no workers
     replica: str | None = None  # the control-plane replica that wrote it
+    # what it is besides a state change ("recovery": `service.store.recovery_event`); None:
+    # a state change, or a note (from and to the same state)
+    kind: str | None = None
+    detail: dict[str, Any] | None = None  # the kind's own fields
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -26,8 +26,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from checkpoints.manifest import finite
-from service.observability.log_text import printable
-from service.scheduling import Demand, QuotaPolicy
+from service.log_text import printable
+from service.scheduling import AttemptSteps, Demand, QuotaPolicy
 from service.states import ACTIVE, TERMINAL, JobState, check_transition
 from service.store.audit import AuditStore
 from service.store.engine import (
@@ -57,10 +57,11 @@ from service.store.models import (
     utcnow,
 )
 from service.store.records import EventRecord, JobRecord, LogRecord, keep_parsed_spec
+from service.store.recovery_event import RECOVERY, Recovery
 from service.store.sessions import SessionStore
 from service.store.sweeps import SweepStore
 from service.store.tenants import TenantStore, tenant_policy
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
 TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
@@ -68,7 +69,8 @@ METRICS_BATCH = 500  # rows per upsert statement (SQLite caps bound parameters)
 _MIGRATION_LOCK = int.from_bytes(b"brigade!", "big")  # a Postgres advisory lock key
 _SETTABLE = frozenset(
     {"priority", "workers", "requested_workers", "step", "restarts", "preemptions",
-     "attempt", "error", "latest_checkpoint", "latest_loss"}
+     "attempt", "error", "latest_checkpoint", "latest_loss", "failures_since_progress",
+     "labels", "note"}
 )
 
 
@@ -103,6 +105,10 @@ class JobStore:
         self.sweeps = SweepStore(self._reader, self._writer)
         self.leases = LeaseStore(self._reader, self._writer)
         self._fence: Fence | None = None
+        # Told of each state change once it is written, (tenant, the state it reached): the
+        # supervisor counts them here, the one place every change passes. Set it before
+        # making `fenced` views: each copies it.
+        self.on_transition: Callable[[str, JobState], None] | None = None
 
     @property
     def replica(self) -> str | None:
@@ -189,7 +195,7 @@ class JobStore:
             id=new_job_id(), tenant=tenant, name=name, state=JobState.QUEUED.value,
             spec=spec.to_json(), priority=priority, step=0, restarts=0, preemptions=0,
             attempt=0, idempotency_key=idempotency_key, created_at=now, updated_at=now,
-            sweep=sweep,
+            sweep=sweep, labels=dict(spec.labels), note=spec.note,
         )
         try:
             with self._write() as session:
@@ -216,11 +222,13 @@ class JobStore:
     def list_jobs(
         self, *, tenant: str | None, states: Iterable[JobState] | None = None,
         limit: int = 50, offset: int = 0, name: str | None = None, sweep: str | None = None,
+        labels: Iterable[tuple[str, str]] = (),
     ) -> tuple[list[JobRecord], int]:
         """One page of a tenant's jobs (tenant None: every tenant's), newest
-        first, and how many there are in all (`sweep`: only that sweep's trials)."""
+        first, and how many there are in all (`sweep`: only that sweep's trials;
+        `labels`: only jobs with every one of these (key, value))."""
         return self.reads.list_jobs(tenant=tenant, states=states, limit=limit, offset=offset,
-                                    name=name, sweep=sweep)
+                                    name=name, sweep=sweep, labels=labels)
 
     def count_by_state(self) -> dict[JobState, int]:
         """How many jobs of all tenants are in each state (every state listed)."""
@@ -245,7 +253,7 @@ class JobStore:
 
     def finished_before(self, cutoff: datetime, limit: int = 500) -> list[JobRecord]:
         """Up to `limit` of every tenant's finished jobs that ended before
-        `cutoff`, oldest first: what a retention sweep removes."""
+        `cutoff`, oldest first: what the retention purge removes."""
         terminal = [s.value for s in TERMINAL]
         with self._read() as session:
             jobs = session.scalars(
@@ -299,7 +307,7 @@ class JobStore:
         JobNotFound, or ConcurrentUpdate if the job kept changing underneath.
         With `queue_quota` (a tenant's name), the move onto the queue is held
         to that tenant's `max_queued_jobs` in the same transaction, as a
-        submit is (`QuotaExceeded`)."""
+        submit is (`QuotaExceeded`). Once it is written, `on_transition` is told."""
         to = JobState(to)
         expected = _as_states(expect)
         values = _column_values(fields)
@@ -329,13 +337,17 @@ class JobStore:
                 session.add(JobEvent(job_id=job_id, time=now, from_state=current.value,
                                      to_state=to.value, reason=reason, workers=held,
                                      replica=self.replica))
-                return job.to_record()
+                moved = job.to_record()
+            if self.on_transition is not None:  # written: the transaction has committed
+                self.on_transition(moved.tenant, to)
+            return moved
         raise ConcurrentUpdate(job_id, TRANSITION_TRIES)
 
     def update_job(self, job_id: str, **fields) -> JobRecord:
         """Set job fields other than its state: priority, workers,
         requested_workers, step, restarts, preemptions, attempt, error,
-        latest_checkpoint ({"step", "world_size"} or None), latest_loss."""
+        latest_checkpoint ({"step", "world_size"} or None), latest_loss,
+        failures_since_progress, labels, note."""
         changes = {**_column_values(fields), "updated_at": utcnow()}
         with self._write() as session:
             job = self._update(session, job_id, changes)
@@ -343,19 +355,63 @@ class JobStore:
                 raise JobNotFound(job_id)
             return job.to_record()
 
-    def note(self, job_id: str, reason: str) -> None:
+    def note(self, job_id: str, reason: str, *, kind: str | None = None,
+             detail: dict | None = None) -> EventRecord:
         """An event without a state change (from and to both the current
         state): what the control plane did to a job in passing, such as
-        reattaching to its workers after a restart."""
+        reattaching to its workers after a restart; with a `kind` and its
+        `detail` fields, one the API and the pages read back (a "moved":
+        service/store/move_event.py)."""
         with self._write() as session:
             found = session.execute(
                 select(Job.state, Job.workers).where(Job.id == job_id)).one_or_none()
             if found is None:
                 raise JobNotFound(job_id)
             held = found.workers if JobState(found.state) in ACTIVE else None
-            session.add(JobEvent(job_id=job_id, time=utcnow(), from_state=found.state,
-                                 to_state=found.state, reason=reason, workers=held,
-                                 replica=self.replica))
+            event = JobEvent(job_id=job_id, time=utcnow(), from_state=found.state,
+                             to_state=found.state, reason=reason, workers=held,
+                             replica=self.replica, kind=kind, detail=detail)
+            session.add(event)
+            session.flush()  # its id
+            return event.to_record()
+
+    def record_recovery(self, job_id: str, *, ranks: Sequence[int], from_step: int,
+                        to_step: int | None, seconds: float, in_place: bool,
+                        reason: str) -> EventRecord:
+        """Ranks of the running job were lost and the others kept their
+        processes: one event of kind "recovery" (from and to the job's current
+        state; its reason a sentence, its detail the fields given:
+        `service.store.recovery_event`), and, `in_place`, the job's
+        `recoveries` + 1 in the same transaction. Not in place (it fell back
+        to a whole-group restart) counts nothing here: the RESTARTING that
+        follows is counted as every restart is.
+
+        `from_step`: the step training had reached; `to_step`: the in-memory
+        snapshot's step it went on from (None where it did not); `seconds`:
+        from the loss seen to training going on (or to giving up); `reason`:
+        in place, what was lost and why, else why it fell back. Write it once
+        training goes on (or the fallback begins): goodput counts the
+        `seconds` before the event as `recovering`."""
+        recovery = Recovery.made(ranks=ranks, from_step=from_step, to_step=to_step,
+                                 seconds=seconds, in_place=in_place, reason=reason)
+        now = utcnow()
+        with self._write() as session:
+            found = session.execute(
+                select(Job.state, Job.workers).where(Job.id == job_id).with_for_update()
+            ).one_or_none()
+            if found is None:
+                raise JobNotFound(job_id)
+            if recovery.in_place:
+                session.execute(update(Job).where(Job.id == job_id).values(
+                    recoveries=Job.recoveries + 1, updated_at=now),
+                    execution_options={"synchronize_session": False})
+            held = found.workers if JobState(found.state) in ACTIVE else None
+            event = JobEvent(job_id=job_id, time=now, from_state=found.state,
+                             to_state=found.state, reason=recovery.sentence(), workers=held,
+                             replica=self.replica, kind=RECOVERY, detail=recovery.detail())
+            session.add(event)
+            session.flush()  # its id
+            return event.to_record()
 
     def events(self, job_id: str) -> list[EventRecord]:
         """The job's state changes, oldest first (creation included)."""
@@ -425,6 +481,23 @@ class JobStore:
         )
         with self._read() as session:
             return [tuple(row) for row in session.execute(query)]
+
+    def attempt_steps(self, job_id: str, attempt: int) -> AttemptSteps | None:
+        """The steps attempt number `attempt` took, as its metrics rows say:
+        the step it resumed from (its first new row's `resumed_from`; for rows
+        without one, the step before its first) and its newest; None where
+        none of its rows is stored. Asked when the attempt has ended, before
+        a later one replaces its rows: what the restart policy reads to tell
+        whether it made progress."""
+        resumed = JobMetrics.metrics["resumed_from"].as_integer()
+        query = (select(func.min(resumed), func.min(JobMetrics.step), func.max(JobMetrics.step))
+                 .where(JobMetrics.job_id == job_id, JobMetrics.attempt == attempt))
+        with self._read() as session:
+            resumed_from, first, last = session.execute(query).one()
+        if last is None:
+            return None
+        return AttemptSteps(resumed_from=first - 1 if resumed_from is None else resumed_from,
+                            last=last)
 
     def append_log(self, job_id: str, lines: Iterable[str]) -> None:
         """Append lines to the job's log (each cut to LOG_LINE_LENGTH characters)."""

@@ -1,5 +1,5 @@
-"""What the sweep store hands back: a sweep's and a trial's states and their
-plain frozen records (`service.store.sweeps`)."""
+"""What the sweep store hands back: a sweep's and a trial's plain frozen
+records (`service.store.sweeps`); their states are `service.states`'."""
 
 from __future__ import annotations
 
@@ -7,41 +7,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
-from workers.spec.sweep import SweepSpec
-
-
-class SweepState(str, Enum):
-    QUEUED = "QUEUED"  # no trial launched yet (waiting for its `after` jobs too)
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"  # every trial ended, at least one succeeded
-    FAILED = "FAILED"  # every trial failed, or a dependency did (its error names it)
-    CANCELLED = "CANCELLED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self not in (SweepState.QUEUED, SweepState.RUNNING)
-
-
-class TrialState(str, Enum):
-    """A trial's state, its job's (QUEUED while its job waits or before it has
-    one; FAILED with `error` when its spec was refused and it has no job)."""
-
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    PRUNED = "PRUNED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self not in (TrialState.QUEUED, TrialState.RUNNING)
-
-
-LIVE_SWEEP = (SweepState.QUEUED, SweepState.RUNNING)
+from service.states import SweepState, TrialState
+from workers.schema.sweep import SweepSpec
 
 
 class _ParsedSweepSpecs:

@@ -18,17 +18,11 @@ from typing import Any
 from sqlalchemy import Engine, Select, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from service.states import LIVE_SWEEP, SweepState, TrialState
 from service.store.engine import Fence, transaction, write_transaction
 from service.store.models import Sweep, SweepTrial, utcnow
-from service.store.sweep_records import (
-    LIVE_SWEEP,
-    PARSED_SWEEP_SPECS,
-    SweepRecord,
-    SweepState,
-    SweepTrialRecord,
-    TrialState,
-)
-from workers.spec.sweep import SweepSpec
+from service.store.sweep_records import PARSED_SWEEP_SPECS, SweepRecord, SweepTrialRecord
+from workers.schema.sweep import SweepSpec
 
 _TRIAL_FIELDS = frozenset({"job_id", "state", "objective", "pruned_step", "error"})
 

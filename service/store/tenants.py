@@ -31,7 +31,7 @@ from service.store.errors import TenantBusy, TenantExists, TenantNotFound
 from service.store.key_cache import KeyCache
 from service.store.models import Job, Tenant, utcnow
 from service.store.records import TenantRecord
-from workers.spec import MAX_PRIORITY
+from workers.schema import MAX_PRIORITY
 
 ADMIN_TENANT = "admin"  # the admin key's own jobs go under this name: no tenant may take it
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")

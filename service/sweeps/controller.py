@@ -6,11 +6,15 @@ For each QUEUED or RUNNING sweep, in order:
 
 1. its `after` jobs: still running, the sweep waits QUEUED; one failed, the
    sweep FAILS naming it;
-2. each live trial is synced from its job: the metrics rows that carry the
-   objective's metric, each step once, are reported to the study, and a
-   trial the pruner stops is pruned (`Supervisor.prune`: PRUNING, then
-   PRUNED, its last checkpoint kept); an ended job ends its trial (the
-   newest value of the metric for a success, FAIL or PRUNED otherwise);
+2. each live trial is synced from its job: its objective (the metric, or
+   its moving average) is followed row by row, the values its pruner judges
+   by are told to the study at their own steps, each once, the pruner asked
+   after each (`service.sweeps.objective`: ASHA's rungs, every step for
+   the median), and a trial the pruner stops is pruned at that step
+   (`JobRequests.prune`: PRUNING, its runner told to stop its ranks at once,
+   then PRUNED, its last checkpoint kept); an ended job ends its trial (the
+   objective at its last step for a success, FAIL or PRUNED otherwise, a
+   pruned trial's objective the value it was pruned on);
 3. while fewer than `max_concurrent` trials are live and fewer than its
    budget asked, the study is asked for a point; the trial's row is written,
    then its job submitted like any (intake, quota, fair share) with the
@@ -31,6 +35,7 @@ study keeps the sampler's whole history.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -39,14 +44,15 @@ from optuna.trial import TrialState as OptunaState
 from pydantic import ValidationError
 
 from service.run.dependencies import Broken, Waiting, dependency_ids, read_dependency_status
-from service.states import JobState
+from service.states import JobState, SweepState, TrialState
 from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
 from service.store.errors import Deposed
-from service.store.sweep_records import SweepRecord, SweepState, SweepTrialRecord, TrialState
+from service.store.sweep_records import SweepRecord, SweepTrialRecord
+from service.sweeps.objective import ObjectiveSeries, to_report
 from service.sweeps.study import Studies, distributions, running_trials, tell
 from workers.cluster.errors import CapacityError
-from workers.spec import JobSpec, SpecError, explain
-from workers.spec.sweep import trial_spec
+from workers.schema import JobSpec, SpecError, explain
+from workers.schema.sweep import trial_spec
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +70,7 @@ def trial_state(job: JobState) -> TrialState:
 
 
 class TrialJobs(Protocol):
-    """What the controller asks of the control plane (the `Supervisor`)."""
+    """What the controller asks of the control plane (`service.control.requests.JobRequests`)."""
 
     def submit(self, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
                sweep: str | None = None) -> tuple[JobRecord, bool]: ...
@@ -99,14 +105,23 @@ REFUSALS = (ValidationError, SpecError, CapacityError, JobNotFound, QuotaExceede
 
 class SweepController:
     def __init__(self, store: JobStore, jobs: TrialJobs, studies: Studies,
-                 wake: Callable[[], None] | None = None):
+                 wake: Callable[[], None] | None = None,
+                 stop_now: Callable[[str], None] | None = None):
+        """`wake`: the leader's loop, to run its next pass now; `stop_now`: the
+        runner of a job just pruned, to stop its group now (the leader's)."""
         self.store, self.jobs, self.studies = store, jobs, studies
-        self._wake = wake
+        self._wake, self._stop_now = wake, stop_now
+        # each live trial's objective so far, by (sweep id, trial number): made from its
+        # job's rows at the first pass of this process that syncs it, fed the new ones after
+        self._series: dict[tuple[str, int], ObjectiveSeries] = {}
         self.waiting: dict[str, str] = {}  # a QUEUED sweep's id -> what it waits for
 
     def run_pass(self) -> None:
         """Advance every live sweep (one that fails is logged, the others go on)."""
-        for sweep in self.store.sweeps.live():
+        live = self.store.sweeps.live()
+        for key in [key for key in self._series if key[0] not in {s.id for s in live}]:
+            del self._series[key]  # its sweep ended or was cancelled
+        for sweep in live:
             try:
                 self.advance(sweep)
             except Deposed:  # another replica leads now: this pass ends here
@@ -186,60 +201,77 @@ class SweepController:
 
     def _sync(self, sweep: SweepRecord, study, row: SweepTrialRecord,
               frozen: FrozenTrial | None) -> SweepTrialRecord:
-        """Report the trial's new metric values, prune it if the pruner says
-        so, end it if its job ended."""
+        """Tell the pruner the trial's new objective values it judges by
+        (`service.sweeps.objective`), prune it at the first it says so, end
+        it if its job ended."""
         assert row.job_id is not None
         job = self.store.get_job(row.job_id)
         if job is None:
+            self._series.pop((sweep.id, row.number), None)
             tell(study, row.number, state=OptunaState.FAIL)
             return self.store.sweeps.update_trial(sweep.id, row.number, state=TrialState.FAILED,
                                                   error=f"its job {row.job_id} was deleted")
-        metric = sweep.spec.objective.metric
+        series = self._series.get((sweep.id, row.number))
+        if series is None:  # first seen by this process: its rows from the first
+            series = self._series[(sweep.id, row.number)] = ObjectiveSeries(sweep.spec.objective)
+        series.feed(self.store.metrics(job.id, since_step=series.last_step + 1))
         # `frozen` None: the study was told of this trial already (a crash before its row was
-        # updated), so nothing more is reported; the row follows its job.
-        reported = dict(frozen.intermediate_values) if frozen is not None else {}
-        values = {} if frozen is None else _values(
-            self.store.metrics(job.id, since_step=max(reported, default=0) + 1), metric)
-        if values:
-            should_prune = self.studies.report(study, row.number, values)
-            reported.update(values)
-            if should_prune and not job.state.is_terminal:
-                job = self._prune(sweep, job, max(values), values[max(values)])
-        latest = reported[max(reported)] if reported else row.objective
+        # updated), so nothing more is told; the row follows its job.
+        pruned_at = None
+        if frozen is not None and (told := to_report(sweep.spec, series, frozen.intermediate_values)):
+            # an ended job's values are told too: the trials after it are compared with them
+            running = not job.state.is_terminal
+            judged = self.studies.judge(study, row.number, told, stop=running)
+            if judged is not None and running:
+                pruned_at = judged
+                job = self._prune(sweep, job, pruned_at, series.values[pruned_at])
+        latest = series.latest
+        objective = latest[1] if latest else row.objective
+        if pruned_at is not None:  # the value it was pruned on (none shown where it diverged)
+            objective = _finite(series.values[pruned_at])
 
         state = trial_state(job.state)
+        if state.is_terminal:
+            self._series.pop((sweep.id, row.number), None)
+        metric = sweep.spec.objective.metric
         if state is TrialState.SUCCEEDED:
-            final = _values(self.store.metrics(job.id), metric)
-            if not final:
+            if latest is None:
                 tell(study, row.number, state=OptunaState.FAIL)
                 return self.store.sweeps.update_trial(
                     sweep.id, row.number, state=TrialState.FAILED,
                     error=f"the job succeeded but none of its metrics rows has {metric!r}")
-            value = final[max(final)]
-            tell(study, row.number, value=value)
+            tell(study, row.number, value=latest[1])
             return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
-                                                  objective=value)
+                                                  objective=latest[1])
         if state is TrialState.PRUNED:
             tell(study, row.number, state=OptunaState.PRUNED)
-            step = row.pruned_step or (max(reported) if reported else job.step)
+            step = row.pruned_step or pruned_at
+            if step is None:  # pruned before this process judged it: the last step it was told
+                steps = frozen.intermediate_values if frozen is not None else {}
+                step = max(steps) if steps else job.step
+            if step in series.values:
+                objective = _finite(series.values[step])
             return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
-                                                  objective=latest, pruned_step=step)
+                                                  objective=objective, pruned_step=step)
         if state.is_terminal:  # FAILED, CANCELLED
             tell(study, row.number, state=OptunaState.FAIL)
             return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
-                                                  objective=latest, error=job.error)
-        if state is not row.state or latest != row.objective:
+                                                  objective=objective, error=job.error)
+        if state is not row.state or objective != row.objective:
             return self.store.sweeps.update_trial(sweep.id, row.number, state=state,
-                                                  objective=latest)
+                                                  objective=objective)
         return row
 
     def _prune(self, sweep: SweepRecord, job: JobRecord, step: int, value: float) -> JobRecord:
-        metric = sweep.spec.objective.metric
-        reason = (f"sweep {sweep.name}'s {sweep.spec.pruner} pruner: {metric} {value:.6g} "
-                  "falls behind its other trials")
+        objective = sweep.spec.objective
+        named = objective.metric + (" (smoothed)" if objective.smoothing != "none" else "")
+        reason = (f"sweep {sweep.name}'s {sweep.spec.pruner} pruner: {named} {value:.6g} at "
+                  f"step {step} falls behind its other trials' at that step")
         pruned = self.jobs.prune(job.id, step, reason)
         logger.info("sweep %s: job %s pruned at step %d (%s)", sweep.id, job.id, step,
                     pruned.state.value)
+        if pruned.state is JobState.PRUNING and self._stop_now is not None:
+            self._stop_now(job.id)  # the stop to its ranks at once, not at the runner's next look
         if pruned.state is JobState.PRUNING and self._wake is not None:
             self._wake()  # its workers come free soon: the next pass admits the next trial
         return pruned
@@ -271,10 +303,8 @@ def _unsubmitted(row: SweepTrialRecord) -> bool:
     return row.job_id is None and row.state is TrialState.QUEUED
 
 
-def _values(rows: list[dict], metric: str) -> dict[int, float]:
-    """step -> the metric's value, for the rows that carry it as a number."""
-    return {row["step"]: float(value) for row in rows
-            if isinstance(value := row.get(metric), int | float) and not isinstance(value, bool)}
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _no_success(rows: list[SweepTrialRecord]) -> str:

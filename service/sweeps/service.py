@@ -1,10 +1,23 @@
 """Sweeps as the API asks for them (`supervisor.sweeps`): submit, read, view,
-cancel, delete; and the controller's pass that the supervisor's loop runs.
+cancel, delete; and the controller's pass that the leader's loop runs.
+
+It is handed the part of the control plane it uses, the job requests
+(`TrialJobs`: submit, cancel, prune, delete; `service.control.requests`), and
+their submit checks for a sweep's base (`check`), not the whole supervisor.
 
 A sweep belongs to its tenant: another tenant's is not found (404), the
-admin reaches every one. The base spec goes through the submit checks once
-at submit (a refusal names `base.<field>`); each trial's spec goes through
-them again when its job is submitted.
+admin reaches every one. At submit, the base spec goes through a job's submit
+checks (`check`, then the quota's at submit: a priority above the tenant's
+`max_priority`, a size it could never run), a refusal naming `base.<field>`;
+then every value a trial may take (each value of a grid or a choice, both
+bounds of a range), set alone on the base as a trial sets it, goes through
+the same checks: a 422 naming `space.<field>` and the value. So a value the
+tenant may not use (a priority above its ceiling, an `init.uri` outside its
+data prefix, another tenant's job in `init.job`) refuses the sweep rather than
+each of its trials. Each trial's spec goes through them again when its job is
+submitted (a combination of values may still be refused there: a FAILED trial).
+The cost is one submit check a value (about a millisecond where the check
+reads no data).
 """
 
 from __future__ import annotations
@@ -17,15 +30,16 @@ from typing import Any
 
 from service.intake.dependencies import check_after
 from service.scheduling import Demand, QuotaPolicy
+from service.states import SweepState, TrialState
 from service.store import JobNotFound, JobRecord, JobStore, QuotaExceeded
 from service.store.errors import SweepNotFound, SweepUnfinished
-from service.store.sweep_records import SweepRecord, SweepState, SweepTrialRecord, TrialState
+from service.store.sweep_records import SweepRecord, SweepTrialRecord
 from service.store.tenants import ADMIN_TENANT, tenant_policy
-from service.sweeps.controller import SweepController, TrialJobs
+from service.sweeps.controller import REFUSALS, SweepController, TrialJobs, refusal_message
 from service.sweeps.study import Studies
 from workers.cluster.errors import CapacityError
-from workers.spec import JobSpec, SpecError
-from workers.spec.sweep import MAX_TRIALS, SweepSpec, trial_name
+from workers.schema import JobSpec, SpecError
+from workers.schema.sweep import MAX_TRIALS, Domain, SweepSpec, trial_name, trial_spec
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +48,17 @@ BaseCheck = Callable[[str, JobSpec], JobSpec]  # (tenant, spec) -> the spec the 
 
 class SweepService:
     def __init__(self, store: JobStore, jobs: TrialJobs, check: BaseCheck,
-                 wake: Callable[[], None] | None = None, *, leader_store: JobStore | None = None):
+                 wake: Callable[[], None] | None = None, *, leader_store: JobStore | None = None,
+                 stop_now: Callable[[str], None] | None = None):
         """`store` for the API's requests; `leader_store` (the leader's fenced
         view: `JobStore.fenced`) for the controller's pass, whose writes a
-        deposed leader must not make."""
+        deposed leader must not make; `stop_now`: tells a pruned job's ranks
+        to stop at once (the leader's runner of it)."""
         self.store, self.jobs, self._check = store, jobs, check
         self._wake = wake
         self.studies = Studies(store.url)
-        self.controller = SweepController(leader_store or store, jobs, self.studies, wake=wake)
+        self.controller = SweepController(leader_store or store, jobs, self.studies, wake=wake,
+                                          stop_now=stop_now)
 
     # -- requests -------------------------------------------------------------
 
@@ -53,6 +70,7 @@ class SweepService:
             return found, False
         self._check_dependencies(tenant, spec)
         self._check_base(tenant, spec.base)
+        self._check_space(tenant, spec)
         record, created = self.store.sweeps.create(tenant=tenant, spec=spec,
                                                    idempotency_key=idempotency_key)
         if created:
@@ -84,7 +102,7 @@ class SweepService:
         counts of trials by state, every trial and the best one."""
         sweep = self.get(tenant, sweep_id)
         trials = self.store.sweeps.trials(sweep.id)
-        steps = {job.id: job.step for job in self._jobs_of(sweep.id)}
+        jobs = {job.id: job for job in self._jobs_of(sweep.id)}
         counts = {state.value: 0 for state in TrialState}
         for trial in trials:
             counts[trial.state.value] += 1
@@ -94,8 +112,8 @@ class SweepService:
             "error": sweep.error, "waiting": self.controller.waiting.get(sweep.id),
             "created_at": sweep.created_at, "updated_at": sweep.updated_at,
             "finished_at": sweep.finished_at, "spec": sweep.spec.to_json(),
-            "objective": sweep.spec.objective.model_dump(), "counts": counts,
-            "trials": [_trial_json(sweep, t, steps.get(t.job_id) if t.job_id else None)
+            "objective": _objective_json(sweep), "counts": counts,
+            "trials": [_trial_json(sweep, t, jobs.get(t.job_id) if t.job_id else None)
                        for t in trials],
             "best": _best(sweep, trials),
         }
@@ -150,10 +168,23 @@ class SweepService:
         jobs, _ = self.store.list_jobs(tenant=None, sweep=sweep_id, limit=MAX_TRIALS + 1)
         return jobs
 
+    def _check_job(self, tenant: str, spec: JobSpec) -> None:
+        """What `POST /v1/jobs` checks of a spec before it queues it: the
+        submit checks (`check`), then the quota's refusals for good (a
+        priority above the tenant's max_priority, a size its quota could never
+        run; not its queue's length, which changes)."""
+        checked = self._check(tenant, spec)
+        row = self.store.tenants.by_name(tenant)
+        if row is None:  # the admin: no quota
+            return
+        decision = QuotaPolicy().check_submit(tenant_policy(row), 0, Demand.from_spec(checked))
+        if not decision.allowed:
+            raise QuotaExceeded(decision.reason, retryable=False, field=decision.field)
+
     def _check_base(self, tenant: str, base: JobSpec) -> None:
         """The submit checks on the base spec, refusals located under `base`."""
         try:
-            checked = self._check(tenant, base)
+            self._check_job(tenant, base)
         except SpecError as error:
             raise SpecError(f"base.{error.field}", str(error)) from error
         except CapacityError as error:
@@ -161,12 +192,22 @@ class SweepService:
         except JobNotFound as error:
             raise SpecError("base.init.job", f"base.init.job: no job {error.job_id} of this "
                             "tenant") from error
-        row = self.store.tenants.by_name(tenant)
-        if row is None:  # the admin: no quota
-            return
-        decision = QuotaPolicy().check_submit(tenant_policy(row), 0, Demand.from_spec(checked))
-        if not decision.allowed:
-            raise QuotaExceeded(decision.reason, retryable=False, field=f"base.{decision.field}")
+        except QuotaExceeded as error:
+            raise QuotaExceeded(error.reason, retryable=False, field=f"base.{error.field}") from error
+
+    def _check_space(self, tenant: str, sweep: SweepSpec) -> None:
+        """Every value a trial may take, set alone on the base as the trial
+        sets it (`trial_spec`), through `_check_job`: the first refused is a
+        SpecError at `space.<field>` naming the value and why."""
+        for key, domain in sweep.space.items():
+            for what, value in space_values(domain):
+                try:
+                    self._check_job(tenant, trial_spec(sweep, {key: value}, 0))
+                except REFUSALS as error:
+                    why = (f"init.job: job {error.job_id!r} not found" if isinstance(error, JobNotFound)
+                           else refusal_message(error))
+                    raise SpecError(f"space.{key}", f"space.{key}: {what} {value!r} is refused: "
+                                                    f"{why}") from error
 
     def _check_dependencies(self, tenant: str, spec: SweepSpec) -> None:
         """Each `after` job is one of the tenant's own, not ended without
@@ -174,10 +215,43 @@ class SweepService:
         check_after(spec.base.model_copy(update={"after": spec.after}), tenant, self.store)
 
 
-def _trial_json(sweep: SweepRecord, trial: SweepTrialRecord, step: int | None) -> dict[str, Any]:
+def space_values(domain: Domain) -> list[tuple[str, Any]]:
+    """What a domain may give a trial, each once, with what it is: each
+    value of a grid or a choice, the two bounds of a range."""
+    if domain.values is not None:
+        listed = [(f"{domain.kind} value", v) for v in domain.values]
+    else:
+        lo, hi = getattr(domain, domain.kind)
+        listed = [(f"{domain.kind} bound", lo), (f"{domain.kind} bound", hi)]
+    seen: set[tuple[type, Any]] = set()
+    unique = []
+    for what, value in listed:
+        if (type(value), value) not in seen:  # 1 and True are two values
+            seen.add((type(value), value))
+            unique.append((what, value))
+    return unique
+
+
+def _trial_json(sweep: SweepRecord, trial: SweepTrialRecord,
+                job: JobRecord | None) -> dict[str, Any]:
+    """A trial as the API shows it: `objective` is what it is judged by (at its
+    last step; a pruned one's at `pruned_step`, the value it was pruned on),
+    `last_loss` and `step` its job's newest (what the jobs list shows), which a
+    pruned trial's ranks reached after the decision."""
     return {"number": trial.number, "job": trial.job_id, "name": trial_name(sweep.name, trial.number),
             "params": trial.params, "objective": trial.objective, "state": trial.state.value,
-            "pruned_step": trial.pruned_step, "error": trial.error, "step": step}
+            "pruned_step": trial.pruned_step, "error": trial.error,
+            "step": job.step if job is not None else None,
+            "last_loss": job.latest_loss if job is not None else None}
+
+
+def _objective_json(sweep: SweepRecord) -> dict[str, Any]:
+    """What the sweep judges by: its metric and mode, and how it is smoothed."""
+    objective = sweep.spec.objective
+    shown: dict[str, Any] = {"metric": objective.metric, "mode": objective.mode}
+    if objective.smoothing != "none":
+        shown |= {"smoothing": objective.smoothing, "ema_factor": objective.ema_factor}
+    return shown
 
 
 def _best(sweep: SweepRecord, trials: list[SweepTrialRecord]) -> dict[str, Any] | None:

@@ -15,9 +15,8 @@ database's schema `optuna` (created if missing; the connection's
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import URL
 
 from service.store.engine import normalize_url
-from workers.spec.sweep import Domain, SweepSpec
+from workers.schema.sweep import Domain, SweepSpec
 
 POSTGRES_SCHEMA = "optuna"
 
@@ -152,19 +151,30 @@ class Studies:
         with contextlib.suppress(KeyError):  # no such study
             optuna.delete_study(study_name=name, storage=self.storage)
 
-    def report(self, study: optuna.Study, number: int, values: Mapping[int, float]) -> bool:
-        """Report each (step, value) of trial `number` not yet reported, in
-        step order (a step once, across restarts: Optuna keeps what it was
-        told); whether the pruner would stop the trial now."""
+    def judge(self, study: optuna.Study, number: int, values: Sequence[tuple[int, float]], *,
+              stop: bool = True) -> int | None:
+        """Tell the pruner each (step, value) of trial `number` (NaN: it
+        diverged, which both pruners stop), in step order, a step once
+        (across restarts: Optuna keeps what it was told), asking it after
+        each whether the trial is to stop: the step of the first report it
+        says so at (the rest are not told, unless `stop` is False: a trial
+        that ended already, whose every rung the others are compared with),
+        or None."""
         storage = self.storage
         trial_id = storage.get_trial_id_from_study_id_trial_number(
             storage.get_study_id_from_name(study.study_name), number)
         trial = optuna.trial.Trial(study, trial_id)  # the trial re-opened by its id
         reported = storage.get_trial(trial_id).intermediate_values
-        for step in sorted(values):
-            if step not in reported and math.isfinite(values[step]):
-                trial.report(values[step], step)
-        return trial.should_prune()
+        first = None
+        for step, value in sorted(values):
+            if step in reported:
+                continue
+            trial.report(value, step)
+            if trial.should_prune() and first is None:  # ASHA records the rung as it is asked
+                first = step
+                if stop:
+                    break
+        return first
 
 
 def running_trials(study: optuna.Study) -> dict[int, FrozenTrial]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from api.app import create_app
+from api.server.app import create_app
 from api.client import BrigadeClient
 from service.settings import Settings
 from service.store import JobStore

@@ -8,7 +8,7 @@ import time
 
 import uvicorn
 
-from api.listener import bind_listener, url_of
+from api.server.listener import bind_listener, url_of
 
 
 class LiveServer:

@@ -20,8 +20,8 @@ import transformers
 from safetensors import safe_open
 from typer.testing import CliRunner
 
-from api.app import create_app
-from api.cli import app
+from api.server.app import create_app
+from api.cli.main import app
 from service.intake.data_access import data_prefix
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer

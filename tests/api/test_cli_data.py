@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from tests.workers.datasets.corpus import write_inputs, write_tokenizer
 from workers.datasets.prepare import prepare
 from workers.datasets.token_shards import TokenShardSource

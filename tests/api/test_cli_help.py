@@ -11,7 +11,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 
 WIDTH = 80
 HELPS = [[], ["tenants"], ["data"], ["submit"], ["logs"], ["jobs"], ["metrics"], ["serve"],

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from api.client import BrigadeClient
 from tests.api.conftest import ADMIN_KEY
 from tests.api.test_jobs import SPEC
@@ -45,6 +45,8 @@ def test_status_events_and_metrics(brigade, client, store):
     store.transition(job.id, "RUNNING", reason="started")
     store.record_metrics(job.id, 1, rows(3))
     store.update_job(job.id, step=3, latest_loss=5.7)  # as the runner records them together
+    store.record_recovery(job.id, ranks=[1], from_step=3, to_step=2, seconds=0.8, in_place=True,
+                          reason="node n-2 gone")
 
     listed = [line.split() for line in brigade("jobs", "--state", "RUNNING").stdout.splitlines()]
     assert [line[6:8] for line in listed if line[0] == job.id] == [["3/5", "5.7"]]
@@ -54,9 +56,13 @@ def test_status_events_and_metrics(brigade, client, store):
     as_json = json.loads(brigade("status", job.id, "-o", "json").stdout)
     assert (as_json["state"], as_json["step"], as_json["steps"], as_json["loss"]) == ("RUNNING", 3, 5, 5.7)
     assert as_json["tenant"] == "admin" and as_json["restarts"] == 0
+    assert as_json["recoveries"] == 1
+    assert ["recoveries", "1"] in [line.split() for line in shown.stdout.splitlines()]
 
     events = yaml.safe_load(brigade("events", job.id, "--output", "yaml").stdout)
-    assert [e["to_state"] for e in events] == ["QUEUED", "STARTING", "RUNNING"]
+    assert [e["to_state"] for e in events] == ["QUEUED", "STARTING", "RUNNING", "RUNNING"]
+    assert [e["kind"] for e in events] == [None, None, None, "recovery"]
+    assert events[-1]["detail"]["seconds"] == 0.8
     assert "admitted" in brigade("events", job.id).stdout
 
     table = csv.DictReader(io.StringIO(brigade("metrics", job.id, "--format", "csv").stdout))
@@ -82,8 +88,11 @@ def test_status_and_metrics_show_mfu_or_flops_alone(brigade, client, store):
     assert line and line[0].split()[1:] == ["41.4%", "(410", "TFLOP/s", "per", "rank)"]
     shown = json.loads(brigade("status", gpu.id, "-o", "json").stdout)  # a queued job's, as JSON
     assert shown["mfu"] == 0.4143 and {"expected_start", "expected_start_reason"} <= set(shown)
-    line = [ln for ln in brigade("status", cpu.id).stdout.splitlines() if ln.startswith("mfu")]
-    assert line and line[0].split()[1:] == ["2.5", "GFLOP/s", "per", "rank"]  # a CPU: no peak
+    shown = brigade("status", cpu.id).stdout.splitlines()  # a CPU: no peak, so no MFU to show
+    assert not [ln for ln in shown if ln.startswith("mfu")], shown
+    line = [ln for ln in shown if ln.startswith("flop/s")]
+    assert line and line[0].split()[1:] == ["2.5", "GFLOP/s", "per", "rank", "(no", "MFU:", "the",
+                                            "device's", "peak", "is", "unknown)"], line
     header = brigade("metrics", gpu.id).stdout.splitlines()[0]
     assert header.split()[-1] == "MFU" and "MFU" not in brigade("metrics", cpu.id).stdout
 
@@ -200,7 +209,7 @@ def test_version_and_completion(brigade):
 def test_json_output_writes_a_time_taken_out_of_a_model_as_iso():
     from datetime import UTC, datetime
 
-    from api.cli_output import plain
+    from api.cli.output import plain
 
     when = datetime(2026, 12, 3, 13, 0, tzinfo=UTC)
     assert json.dumps(plain({"expected_start": when})) == '{"expected_start": "2026-12-03T13:00:00+00:00"}'

@@ -14,7 +14,7 @@ import pytest
 
 from api.client import BrigadeClient, BrigadeError, Retry
 from workers.engine.distributed import free_port
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
 JOB = {"id": "j-000000000001", "tenant": "admin", "name": "tiny", "state": "QUEUED",

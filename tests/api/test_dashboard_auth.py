@@ -9,12 +9,12 @@ import re
 import httpx
 import pytest
 
-from api.app import create_app
-from api.sessions import COOKIE, CSRF_HEADER
+from api.server.app import create_app
+from api.server.sessions import COOKIE, CSRF_HEADER
 from service.store.tenants import ADMIN_TENANT
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SPEC = {"name": "dash", "workers": 1, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2,
                                                  "seq_len": 16}, "train": {"steps": 10}}

@@ -25,9 +25,15 @@ def tenant_client(server, http):
         yield tenant.name, client
 
 
+def put(client: httpx.Client, path: str) -> None:
+    """A file of the tenant's at `path` under its prefix (a job's data must be there at submit)."""
+    assert client.put(f"/v1/data/{path}", content=b"some bytes to train on " * 20).status_code == 201
+
+
 def test_a_uri_under_the_tenants_prefix_is_accepted(tenant_client, supervisor):
     name, client = tenant_client
     uri = f"{supervisor.settings.resolved_data_uri_root}/tenants/{name}/data/corpus.bin"
+    put(client, "corpus.bin")
     response = client.post("/v1/jobs", json=with_uri(uri))
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["data"]["uri"] == uri
@@ -56,6 +62,7 @@ def test_a_uri_outside_it_is_422_naming_data_uri(tenant_client, supervisor, http
 def test_a_relative_uri_is_read_under_the_tenants_prefix_and_stored_whole(tenant_client, supervisor):
     name, client = tenant_client
     prefix = f"{supervisor.settings.resolved_data_uri_root}/tenants/{name}/data/"
+    put(client, "corpora/corpus.bin")
     response = client.post("/v1/jobs", json=with_uri("corpora/corpus.bin"))
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["data"]["uri"] == prefix + "corpora/corpus.bin"

@@ -12,9 +12,9 @@ import fsspec
 import httpx
 import pytest
 
-from api.app import create_app
+from api.server.app import create_app
 from api.client import BrigadeClient
-from api.schemas import JobProgress
+from api.schemas.jobs import JobProgress
 from service.states import JobState
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer
@@ -116,7 +116,7 @@ def test_a_preparation_is_cancelled_like_any_job(live):
 def test_the_cli_queues_a_preparation_and_follows_it(live):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from api.cli.main import app
 
     client, _, data, url = live
     result = CliRunner().invoke(app, [
@@ -159,7 +159,8 @@ def test_a_token_past_the_vocabulary_fails_the_job_naming_the_shard_without_rest
 
     assert re.search(r"bad-ids/shard-\d{5}-\d{3}\.bin: token id 9999 at token \d+ is >= the "
                      r"vocabulary size", done.error), done.error
-    assert "not restarted" in done.error
+    assert done.error.endswith("(not restarted: its data is bad: fix or replace the file named, "
+                               "then submit again)"), done.error
 
 
 WAITING_STATES = ("QUEUED", "STARTING", "RUNNING")

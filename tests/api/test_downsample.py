@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from api.downsample import min_max
+from api.server.downsample import min_max
 
 
 def test_a_short_series_comes_back_whole():

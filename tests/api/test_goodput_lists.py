@@ -15,12 +15,12 @@ import time
 import httpx
 import pytest
 
-from api.app import create_app
+from api.server.app import create_app
 from service.observability.goodput import PHASES
 from service.states import JobState as S
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SPEC = {"name": "lived", "workers": 2, "train": {"steps": 3},
         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16}}

@@ -7,8 +7,8 @@ import dataclasses
 import json
 from datetime import UTC, datetime
 
-from api.job_json import JobJson
-from api.schemas import JobPublic, JobsPublic
+from api.server.job_json import JobJson
+from api.schemas.jobs import JobPublic, JobsPublic
 from service.states import JobState
 from service.store.records import JobRecord
 

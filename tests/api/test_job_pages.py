@@ -1,5 +1,5 @@
 """`GET /v1/jobs` and `GET /v1/jobs/{id}` through a real server on a real
-SQLite file: a page kept by the API (`api.job_json.JobPages`) is never
+SQLite file: a page kept by the API (`api.server.job_json.JobPages`) is never
 answered after one of its jobs changed, however the change was made; and the
 event loop's reads never wait on the pool the threads share.
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import ExitStack
 
 import httpx
 import pytest
 
-from api.app import create_app
+from api.server.app import create_app
 from service.states import JobState as S
 from service.store import JobStore
 from tests.api.conftest import ADMIN_KEY, make_supervisor
@@ -40,7 +41,7 @@ def _client(url: str, key: str) -> httpx.Client:
 
 
 def _submit(store, tenant: str, name: str):
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     job, _ = store.create_job(tenant=tenant, name=name, spec=JobSpec.model_validate(SPEC))
     return job
@@ -75,6 +76,14 @@ def test_a_kept_page_shows_every_change_in_the_very_next_get(served):
         items = {j["id"]: j for j in tenant.get("/v1/jobs").json()["items"]}
         assert items[second.id]["latest_loss"] == 3.25 and items[first.id]["latest_loss"] is None
         assert items[second.id]["spec"]["kind"] == "train"  # the list's kind column
+        other.record_recovery(second.id, ranks=[1], from_step=4, to_step=4, seconds=0.5,
+                              in_place=True, reason="rank 1's node gone")  # a count, and an event
+        items = {j["id"]: j for j in tenant.get("/v1/jobs").json()["items"]}
+        assert items[second.id]["recoveries"] == 1 and items[second.id]["restarts"] == 0
+        event = tenant.get(f"/v1/jobs/{second.id}/events").json()[-1]
+        assert (event["kind"], event["detail"]["in_place"], event["detail"]["to_step"]) == (
+            "recovery", True, 4)
+        assert tenant.get(f"/v1/jobs/{second.id}/events").json()[0]["kind"] is None
 
         other.delete_job(first.id)  # a deleted job
         assert _listed(tenant) == {second.id: "QUEUED"}
@@ -91,6 +100,23 @@ def test_a_kept_page_shows_every_change_in_the_very_next_get(served):
         other.transition(second.id, S.CANCELLED, reason="another process")
         assert tenant.get("/v1/jobs", params={"state": "QUEUED"}).json()["items"] == []
         assert _listed(tenant) == {second.id: "CANCELLED"}
+
+
+def test_two_servers_in_one_process_each_answer_their_own_databases_page(tmp_path):
+    """A kept page's version counts one database's changes: two stores each at
+    version 1 must not answer each other's page (the pages are each app's own)."""
+    pages = {}
+    with ExitStack() as stack:
+        for name in ("in-a", "in-b"):
+            control = make_supervisor(tmp_path / name)
+            stack.callback(control.store.dispose)
+            _submit(control.store, "admin", name)  # admin's version 1 in both
+            live = stack.enter_context(LiveServer(create_app(control)))
+            admin = stack.enter_context(_client(live.url, ADMIN_KEY))
+            pages[name] = admin
+        for _ in range(2):  # the first read, then the kept page
+            for name, admin in pages.items():
+                assert [j["name"] for j in admin.get("/v1/jobs").json()["items"]] == [name]
 
 
 def test_the_event_loop_answers_with_every_pooled_connection_held_by_threads(served):
@@ -125,7 +151,7 @@ def test_the_event_loop_answers_with_every_pooled_connection_held_by_threads(ser
 
 
 def test_a_preparations_page_is_its_files_not_a_models_curves(served):
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     url, store, _ = served
     spec = JobSpec.model_validate({
@@ -149,9 +175,9 @@ def test_a_sweeps_trials_list_by_sweep_in_the_api_the_client_and_the_cli(served,
 
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from api.cli.main import app
     from api.client import BrigadeClient
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     url, store, other = served
     _, key = store.tenants.create("sweeper")

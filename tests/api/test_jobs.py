@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from api.client import BrigadeError
-from api.schemas import JobPublic
-from workers.spec import JobSpec
+from api.client import BrigadeClient, BrigadeError
+from api.schemas.jobs import JobPublic
+from workers.schema import JobSpec
 from service.states import JobState
 
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
@@ -194,3 +194,57 @@ def test_malformed_resume_body_is_refused(http, body, names):
     error = response.json()["error"]
     assert names in error["message"], error
     assert set(error) <= {"message", "field"}
+
+
+def test_labels_and_a_note_are_set_at_submit_changed_by_their_owner_and_filtered_on(
+        client, server, http):
+    tag = uuid.uuid4().hex[:8]
+    tenant = client.create_tenant(f"labels-{tag}", quota={"max_workers": 4})
+    with BrigadeClient(server.url, tenant.api_key, timeout=10) as own:
+        a = own.submit(SPEC | {"labels": {"run": tag, "stage": "dev"}, "note": "first"})
+        b = own.submit(SPEC | {"labels": {"run": tag, "stage": "prod"}})
+        assert (a.labels, a.note, b.note) == ({"run": tag, "stage": "dev"}, "first", None)
+
+        changed = own.update(b.id, labels={"run": tag, "stage": "dev", "owner": "kim"},
+                             note="promoted\nback to dev")
+        assert changed.labels == {"run": tag, "stage": "dev", "owner": "kim"}
+        assert changed.note == "promoted\nback to dev" and changed.spec.labels["stage"] == "prod"
+        assert own.update(b.id, note=None).labels == changed.labels  # labels left out: kept
+        assert own.get(b.id).note is None
+
+        listed = own.jobs(label={"run": tag, "stage": "dev"})
+        assert {j.id for j in listed.items} == {a.id, b.id} and listed.total == 2
+        assert [j.id for j in own.jobs(label=[f"run={tag}", "owner=kim"]).items] == [b.id]
+        assert own.jobs(label=[f"run={tag}", "stage=prod"]).items == []
+
+    other = client.create_tenant(f"labels-other-{tag}")
+    with BrigadeClient(server.url, other.api_key, timeout=10) as stranger:
+        with pytest.raises(BrigadeError) as hidden:
+            stranger.update(a.id, labels={})
+        assert hidden.value.status == 404  # another tenant's job is not there
+        assert stranger.jobs(label={"run": tag}).items == []
+    assert client.update(a.id, labels={}).labels == {}  # the admin may
+    rows = [r for r in client.audit(limit=50, target=a.id).items if r.action == "job.update"]
+    assert [r.actor for r in rows] == ["admin"]
+    assert rows[0].detail == {"labels": {"from": {"run": tag, "stage": "dev"}, "to": {}}}
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"labels": {"bad key": "x"}}, "labels"),
+    ({"labels": {f"k{i}": "v" for i in range(17)}}, "labels"),
+    ({"labels": {"k": "two\nlines"}}, "labels.k"),
+    ({"note": "n" * 4001}, "note"),
+    ({"name": "renamed"}, "name"),
+    ({}, "body"),
+], ids=["key", "too-many", "value", "long-note", "unknown", "empty"])
+def test_a_bad_label_change_is_refused_naming_the_field(http, body, field):
+    job = http.post("/v1/jobs", json=SPEC).json()
+    response = http.patch(f"/v1/jobs/{job['id']}", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"].startswith(field), response.json()
+
+
+@pytest.mark.parametrize("query", ["label=novalue", "label==x", "label=bad key=x"])
+def test_a_bad_label_filter_is_refused(http, query):
+    response = http.get(f"/v1/jobs?{query}")
+    assert response.status_code == 422 and response.json()["error"]["field"] == "label", response.text

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from api.app import create_app
 from api.client import BrigadeClient
-from api.schemas import JobProgress, LogLine
+from api.schemas.jobs import JobProgress, LogLine
+from api.server.app import create_app
 from service.states import JobState
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer
@@ -35,7 +35,26 @@ def mlruns(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def live_client(tmp_path_factory, ray_cluster, mlruns):
+def wandb_dir(tmp_path_factory):
+    """W&B offline, its runs under the module's directory, its server a listener of ours
+    that must see no connection (the proxies are left alone here: Ray's gRPC reads them)."""
+    from tests.service.observability.test_wandb import Listener
+
+    trap = Listener()
+    directory = str(tmp_path_factory.mktemp("wandb"))
+    saved = {k: os.environ.get(k) for k in ("WANDB_DIR", "WANDB_MODE", "WANDB_BASE_URL")}
+    os.environ.update(WANDB_DIR=directory, WANDB_MODE="offline", WANDB_BASE_URL=trap.url)
+    yield directory
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    assert trap.connections == [], f"W&B reached for the network: {trap.connections}"
+
+
+@pytest.fixture(scope="module")
+def live_client(tmp_path_factory, ray_cluster, mlruns, wandb_dir):
     supervisor = make_supervisor(tmp_path_factory.mktemp("live"), mlflow_tracking_uri=mlruns)
     supervisor.start()
     try:
@@ -76,7 +95,8 @@ def test_a_job_runs_to_success_and_every_route_tells_of_it(live_client):
     assert client.workers(job.id) == []  # released
 
 
-def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, mlruns, tmp_path):
+def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, mlruns, wandb_dir,
+                                                                   tmp_path):
     import json
 
     import yaml
@@ -84,10 +104,11 @@ def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from api.cli.main import app
 
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(yaml.safe_dump(SPEC | {"name": "followed", "tracking": {"tensorboard": True}}))
+    spec_file.write_text(yaml.safe_dump(SPEC | {"name": "followed", "labels": {"via": "cli"}, "tracking": {
+        "tensorboard": True, "wandb": {"project": "live", "mode": "offline"}}}))
     env = {"BRIGADE_URL": live_client.url, "BRIGADE_API_KEY": ADMIN_KEY,
            "BRIGADE_CONFIG": str(tmp_path / "none.yaml")}
     runner = CliRunner()
@@ -124,3 +145,10 @@ def test_submit_follow_exits_0_on_success_and_usage_counts_the_run(live_client, 
     events.Reload()
     assert [e.step for e in events.Scalars("loss")] == list(range(1, STEPS + 1))
     assert [m.step for m in mlflow.get_metric_history(run.info.run_id, "loss")] == list(range(1, STEPS + 1))
+    # and to its W&B run, offline, read back from the run's directory
+    from tests.service.observability.wandb_run_dir import offline_runs
+
+    (wandb_run,) = offline_runs(wandb_dir, job_id, count=1)
+    assert (wandb_run.project, wandb_run.name, wandb_run.tags) == ("live", "followed", ["via=cli"])
+    assert [h["_step"] for h in wandb_run.history if "loss" in h] == list(range(1, STEPS + 1))
+    assert wandb_run.config["train"]["steps"] == STEPS and wandb_run.summary["brigade_state"] == "SUCCEEDED"

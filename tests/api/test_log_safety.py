@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from api.access_log import PrintableArgs
-from api.cli import _admin_key_line
-from service.observability.log_text import printable
+from api.server.access_log import PrintableArgs
+from api.cli.main import _admin_key_line
+from service.log_text import printable
 from service.settings import Settings
 
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from api.app import create_app
+from api.server.app import create_app
 from api.client import BrigadeClient
-from api.schemas import JobProgress, LogLine
+from api.schemas.jobs import JobProgress, LogLine
 from service.states import JobState
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer

@@ -63,6 +63,22 @@ def test_refusals_name_the_reason(http, body, field, message):
     assert message in error["message"]
 
 
+def test_a_model_too_big_for_the_cluster_is_told_what_would_make_it_fit(http):
+    """The figures, then the ways out, each with its own figure."""
+    body = {"workers": 2, "model": {"n_layers": 8, "d_model": 1024, "n_heads": 8, "seq_len": 16},
+            "resources_per_worker": {"memory_gb": 0.2}, "train": TRAIN}
+    response = http.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]["message"]
+    assert "the model needs 0.86 GB per rank at 2 workers" in message, message
+    fix = message.split(". To fit: ", 1)[1]
+    assert fix.startswith("at least 11 workers (workers.max, train.global_batch_size at least 11; "
+                          "the cluster has room for 4 workers of this size: add nodes)"), fix
+    for way in ("a model of at most about ", "resources_per_worker.memory_gb of at least 0.86",
+                "sharding.param_dtype bfloat16", "sharding.cpu_offload would not help"):
+        assert way in fix, (way, fix)
+
+
 # -- fine-tuning in one line: `init: {uri: DIR}` and the model DIR holds ----------------------
 
 @pytest.fixture(scope="module")

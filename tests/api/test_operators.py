@@ -1,7 +1,7 @@
 """Operators over real HTTP: the admin across tenants (lists, reads,
 cancels, suspends and resumes any tenant's job, each an event naming the
 admin), cancel answered again as the job is, DELETE of a finished job with
-its storage, the retention sweep, and usage per tenant (a tenant its own,
+its storage, the retention purge, and usage per tenant (a tenant its own,
 the admin all). The module's supervisor is not started: jobs move only as a
 test moves them (through the store, as the control plane would)."""
 
@@ -70,7 +70,7 @@ def test_the_admin_lists_every_tenants_jobs_and_acts_on_them(http, two, store):
 
 def job_prefix(supervisor, job_id: str) -> Path:
     job = supervisor.store.get_job(job_id)
-    root = supervisor.checkpoint_target(job)["root"].removeprefix("file://")
+    root = supervisor.storage.checkpoint_target(job).root.removeprefix("file://")
     return Path(root) / "tenants" / job.tenant / "jobs" / job.id
 
 
@@ -102,16 +102,16 @@ def test_delete_removes_a_finished_job_with_its_storage(http, two, supervisor):
     assert b.get(f"/v1/jobs/{other['id']}").status_code == 404
 
 
-def test_the_retention_sweep_removes_jobs_finished_long_enough_ago(http, supervisor, monkeypatch):
+def test_the_retention_purge_removes_jobs_finished_long_enough_ago(http, supervisor, monkeypatch):
     old, young, waiting = (http.post("/v1/jobs", json=SPEC).json()["id"] for _ in range(3))
     for job_id in (old, young):
         http.post(f"/v1/jobs/{job_id}/cancel")
     prefix = leave_files(supervisor, old)
-    assert supervisor.sweep_finished() == []  # no retention set: kept
+    assert supervisor.requests.purge_expired() == []  # no retention set: kept
     monkeypatch.setattr(supervisor.settings, "job_retention_days", 1.0)
-    assert supervisor.sweep_finished() == []  # finished just now
+    assert supervisor.requests.purge_expired() == []  # finished just now
     later = utcnow() + timedelta(days=1, seconds=1)
-    removed = supervisor.sweep_finished(now=later)
+    removed = supervisor.requests.purge_expired(now=later)
     assert old in removed and young in removed and waiting not in removed
     assert not prefix.exists() and supervisor.store.get_job(waiting) is not None
 

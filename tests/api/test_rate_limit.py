@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from api.app import create_app
-from api.rate_limit import RateLimiter
+from api.server.app import create_app
+from api.server.rate_limit import RateLimiter
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer
 

@@ -12,7 +12,7 @@ from tests.api.conftest import ADMIN_KEY
 
 
 def test_the_api_process_never_imports_torch():
-    code = "import api.app, api.client, api.cli, sys; assert 'torch' not in sys.modules, 'torch'"
+    code = "import api.server.app, api.client, api.cli.main, sys; assert 'torch' not in sys.modules, 'torch'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -85,3 +85,90 @@ def test_openapi_documents_the_contract(server):
     assert {"201", "200", "422"} <= set(submit["responses"])
     assert submit["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorPublic")
     assert "HTTPBearer" in document["components"]["securitySchemes"]
+    schemas = document["components"]["schemas"]
+    assert {"restarts", "recoveries", "preemptions"} <= set(schemas["JobPublic"]["properties"])
+    assert {"kind", "detail"} <= set(schemas["EventPublic"]["properties"])
+
+
+def _operations(document):
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            yield path, method, operation
+
+
+def test_every_operation_declares_what_stands_before_its_route(server):
+    """The statuses any route of its kind answers, declared once for all
+    (api/server/openapi.py), each with the one error shape."""
+    document = httpx.get(f"{server.url}/openapi.json").json()
+    with_body = 0
+    for path, method, operation in _operations(document):
+        statuses = set(operation["responses"])
+        expected = set()
+        if "requestBody" in operation:
+            with_body += 1
+            expected |= {"400", "413", "422"}
+        if operation.get("security"):
+            expected |= {"401", "403", "429"}
+        if any(p["in"] == "path" for p in operation.get("parameters", [])):
+            expected |= {"404", "422"}
+        assert expected <= statuses, (method, path, expected - statuses)
+        for status in expected:
+            schema = operation["responses"][status]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/ErrorPublic"}, (method, path, status)
+    assert with_body >= 8
+    assert "HTTPValidationError" not in document["components"]["schemas"]  # never answered
+
+
+def test_a_body_that_is_not_utf8_is_the_400_the_document_declares(http):
+    document = http.get("/openapi.json").json()
+    for path in ("/v1/tenants", "/v1/jobs", "/v1/sweeps"):
+        assert "400" in document["paths"][path]["post"]["responses"], path
+        answer = http.post(path, content=b'{"name": "\xff"}', headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error"] == {"message": "body: not UTF-8 text", "field": "body"}
+
+
+def test_a_method_a_path_lacks_is_a_405_listing_every_method_it_has(http):
+    """Starlette's own 405 listed the first route of the path's only
+    (`OPTIONS /v1/jobs/{id}`: GET, not DELETE)."""
+    document = http.get("/openapi.json").json()
+    checked = 0
+    for path, item in document["paths"].items():
+        documented = {m.upper() for m in item}
+        url = path.replace("{job_id}", "j-000000000000").replace("{path}", "raw/x.jsonl")
+        for name in ("sweep_id", "tenant_id", "export_id", "name"):
+            url = url.replace("{" + name + "}", "x")
+        for method in ("OPTIONS", "TRACE"):  # no route has them
+            answer = http.request(method, url)
+            assert answer.status_code == 405, (method, path, answer.text)
+            allowed = {m.strip() for m in answer.headers["allow"].split(",")}
+            assert allowed - {"HEAD"} == documented, (method, path, answer.headers["allow"])
+            checked += 1
+    assert checked > 40
+
+
+def test_what_the_server_refuses_the_document_refuses(http):
+    """The rules of a parameter the server holds, stated in the document."""
+    import re
+
+    from api.client import _path_in_url as in_url  # as the client sends it: `..` not resolved away
+    from service.intake.tenant_data import PATH_PATTERN
+
+    document = http.get("/openapi.json").json()
+    data_path = document["paths"]["/v1/data/{path}"]["get"]["parameters"][0]["schema"]
+    assert data_path["pattern"] == PATH_PATTERN and data_path["maxLength"] == 1024
+    for path in ("x" * 256, "raw/..", "a b/./c", "a:b", "a%2e", "é.jsonl", "raw/"):
+        assert not re.fullmatch(data_path["pattern"], path), path
+        assert http.get(f"/v1/data/{in_url(path)}").status_code == 422, path
+    for path in ("x" * 255, "raw/..x", ".env", "a b/(c)+d=e@f,g~h_i-j.jsonl"):
+        assert re.fullmatch(data_path["pattern"], path), path
+        assert http.get(f"/v1/data/{in_url(path)}").status_code == 404, path  # well-formed: not there
+
+    state = next(p for p in document["paths"]["/v1/jobs"]["get"]["parameters"] if p["name"] == "state")
+    pattern = state["schema"]["anyOf"][0]["items"]["pattern"]
+    for value, taken in (("QUEUED", True), ("queued,Running", True), ("QUEUED, RUNNING", False),
+                         ("QUEUED,", False), ("SLEEPING", False), ("runnıng", False)):
+        assert bool(re.fullmatch(pattern, value)) is taken, value
+        assert http.get("/v1/jobs", params={"state": value}).status_code == (200 if taken else 422), value
+    assert http.get("/v1/audit", params={"since": "0.5"}).status_code == 422  # no POSIX time
+    assert http.get("/v1/audit", params={"since": "2026-12-01T09:00:00Z"}).status_code == 200

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.api.conftest import ADMIN_KEY, make_supervisor
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ MALFORMED = [
     ("priority-negative", spec(priority=-1), "priority"),
     ("max-restarts-negative", spec(max_restarts=-1), "max_restarts"),
     ("deep-in-a-field", spec("model.extra", nested(200)), "model.extra"),
-    # adapters (workers/spec/adapter.py): a family without targets, a target it lacks, and
+    # adapters (workers/schema/adapter.py): a family without targets, a target it lacks, and
     # the combinations an adapter job cannot run
     ("adapter-on-gpt", spec(adapter={"rank": 4}), "adapter"),
     ("adapter-unknown-target", spec(model=LLAMA, adapter={"targets": ["q_proj", "c_attn"]}),
@@ -144,7 +144,7 @@ MALFORMED = [
 
 
 def test_communication_levers_reach_the_engine_as_submitted():
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     body = spec(sharding={"grad_compression": "int8", "prefetch_forward": 2, "prefetch_backward": 1})
     sharding = JobSpec.model_validate(body).sharding

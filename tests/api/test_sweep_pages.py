@@ -1,4 +1,4 @@
-"""The dashboard's experiment pages over real HTTP (`api.routes.sweep_pages`):
+"""The dashboard's experiment pages over real HTTP (`api.server.routes.sweep_pages`):
 the sweeps page, a sweep's page (its trials in the HTML) and the compare
 view; a sign-in first, and another tenant's sweep or job not found.
 
@@ -7,16 +7,19 @@ started, so rows are written through the store's API."""
 
 from __future__ import annotations
 
+import math
+import random
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from api.app import create_app
+from api.server.app import create_app
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SPEC = {"name": "paged", "workers": 1, "train": {"steps": 10},
         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16}}
@@ -91,7 +94,7 @@ def test_the_jobs_list_and_every_page_link_to_the_sweeps(served):
 
 
 def test_a_sweeps_page_names_its_trials_and_is_not_found_by_another_tenant(served):
-    from workers.spec.sweep import SweepSpec, trial_spec
+    from workers.schema.sweep import SweepSpec, trial_spec
 
     url, supervisor, keys = served
     store = supervisor.store
@@ -121,3 +124,66 @@ def test_a_sweeps_page_names_its_trials_and_is_not_found_by_another_tenant(serve
         unknown = team_b.get("/sweeps/s-000000000000")
         assert unknown.status_code == 404
         assert theirs.text.replace(sweep.id, "s-000000000000") == unknown.text
+
+
+def test_the_compare_view_lists_the_fields_in_which_the_specs_differ(served):
+    url, supervisor, keys = served
+    store = supervisor.store
+    specs = [{**SPEC, "name": "diff-a", "train": {"steps": 10, "lr": 0.001}, "labels": {"team": "nlp"}},
+             {**SPEC, "name": "diff-b", "train": {"steps": 10, "lr": 0.01},
+              "checkpoint": {"every_steps": 5}, "labels": {"team": "nlp"}}]
+    a, b = (store.create_job(tenant="team-a", name=s["name"], spec=JobSpec.model_validate(s))[0]
+            for s in specs)
+    store.update_job(b.id, labels={"team": "nlp", "stage": "dev"})  # the current labels are compared
+    with _browser(url, keys["team-a"]) as team_a:
+        page = team_a.get(f"/compare?jobs={a.id},{b.id}").text
+        rows = dict(re.findall(r'<tr data-field="([^"]+)"><th scope="row" class="mono">[^<]+</th>\s*'
+                               r'(.*?)</tr>', page, re.S))
+        assert set(rows) == {"train.lr", "checkpoint.every_steps", "labels.stage"}  # no name, no steps
+        values = {f: re.findall(r'<td class="value[^"]*">([^<]*)</td>', cells) for f, cells in rows.items()}
+        assert values == {"train.lr": ["0.001", "0.01"], "checkpoint.every_steps": ["10", "5"],
+                          "labels.stage": ["unset", "dev"]}
+        assert page.index('id="spec-diff"') < page.index('id="chart-loss"')  # above the curves
+        same = team_a.get(f"/compare?jobs={a.id},{_job(store, 'team-a', 'diff-c').id}").text
+        assert 'id="spec-diff"' in same  # steps, lr and labels differ from SPEC's
+        twin = store.create_job(tenant="team-a", name="diff-a2", spec=JobSpec.model_validate(
+            {**specs[0], "name": "diff-a2"}))[0]
+        alike = team_a.get(f"/compare?jobs={a.id},{twin.id}").text
+        assert 'id="spec-same"' in alike and 'id="spec-diff"' not in alike
+
+
+def test_a_sweeps_importance_comes_from_its_finished_trials(served):
+    from workers.schema.sweep import SweepSpec
+
+    url, supervisor, keys = served
+    store = supervisor.store
+    spec = SweepSpec.model_validate({
+        "name": "imp", "base": {**SPEC, "name": "imp"}, "sampler": "random", "max_trials": 12,
+        "space": {"train.lr": {"loguniform": [1e-4, 1e-1]}, "train.weight_decay": {"uniform": [0, 0.2]}},
+        "objective": {"metric": "loss", "mode": "min"}})
+    sweep, _ = store.sweeps.create(tenant="team-a", spec=spec)
+    rng = random.Random(0)
+    for number in range(12):  # the objective is lr's distance from 10^-2.5; weight decay barely moves it
+        lr, wd = 10 ** rng.uniform(-4, -1), rng.uniform(0, 0.2)
+        store.sweeps.add_trial(sweep.id, number, {"train.lr": lr, "train.weight_decay": wd})
+        loss = abs(math.log10(lr) + 2.5) + 0.01 * wd
+        store.sweeps.update_trial(sweep.id, number, state="SUCCEEDED" if number < 10 else "PRUNED",
+                                  objective=loss)
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {keys['team-a']}"}) as team_a, \
+            httpx.Client(base_url=url, timeout=10,
+                         headers={"Authorization": f"Bearer {keys['team-b']}"}) as team_b:
+        found = team_a.get(f"/v1/sweeps/{sweep.id}/importance").json()
+        assert (found["evaluator"], found["trials"], found["reason"]) == ("ped_anova", 10, None)
+        assert list(found["importances"]) == ["train.lr", "train.weight_decay"]
+        assert found["importances"]["train.lr"] > 0.6 and sum(found["importances"].values()) == \
+            pytest.approx(1.0)
+        assert team_b.get(f"/v1/sweeps/{sweep.id}/importance").status_code == 404
+
+    early, _ = store.sweeps.create(tenant="team-a", spec=spec.model_copy(update={"name": "early"}))
+    store.sweeps.add_trial(early.id, 0, {"train.lr": 0.001, "train.weight_decay": 0.1})
+    store.sweeps.update_trial(early.id, 0, state="SUCCEEDED", objective=3.0)
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {keys['team-a']}"}) as team_a:
+        none_yet = team_a.get(f"/v1/sweeps/{early.id}/importance").json()
+    assert none_yet["importances"] == {} and "needs at least 3" in none_yet["reason"]

@@ -4,7 +4,11 @@ cluster page's JSON, its folder made with it, and `PUT /v1/data/{path}`:
 the same bytes land under the caller's prefix; a path that leaves it is a
 422 naming it, a body over BRIGADE_MAX_UPLOAD_BYTES a 413, and a refused or
 broken upload leaves nothing; another tenant neither reads nor writes it.
-The CLI: `brigade whoami`, `brigade data upload|prefix`."""
+`GET /v1/data?prefix=` pages the caller's files (size, last write, an
+upload's sha256 while the file is that upload), `DELETE /v1/data/{path}`
+removes one (audited), refused while a job that has not ended reads it; a
+folder asked for as a file is a 404 saying so.
+The CLI: `brigade whoami`, `brigade data upload|prefix|ls|rm`."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -108,12 +113,12 @@ def test_an_upload_lands_under_the_prefix_with_the_same_bytes(tenant, server, st
         assert stored.sha256 == hashlib.sha256(local.read_bytes()).hexdigest() and not stored.replaced
         assert (store_root / "tenants" / name / "data/raw/a.jsonl").read_bytes() == local.read_bytes()
         assert not files_under(store_root / "tenants" / name / "uploads")  # nothing left staged
-
-        local.write_bytes(b'{"text": "again"}\n')
-        assert client.upload(local, "raw/a.jsonl").replaced
         # what it names is what a spec may read
         job = client.submit({**SPEC, "data": {"source": "uri", "uri": stored.uri}})
         assert job.spec.data.uri == stored.uri
+
+        local.write_bytes(b'{"text": "again"}\n')
+        assert client.upload(local, "raw/a.jsonl").replaced
     back = httpx.get(f"{server.url}/v1/data/raw/a.jsonl", headers={"Authorization": f"Bearer {key}"})
     assert back.status_code == 200 and back.content == b'{"text": "again"}\n'
     assert back.headers["X-Brigade-Uri"] == stored.uri
@@ -219,3 +224,124 @@ def test_the_client_refuses_nothing_itself_but_checks_what_arrived(server, tenan
     with BrigadeClient(server.url, key, timeout=10) as client, pytest.raises(BrigadeError) as big:
         client.upload(local, "x.jsonl")
     assert big.value.status == 413 and "BRIGADE_MAX_UPLOAD_BYTES" in big.value.message
+
+
+def _put(me: httpx.Client, files: dict[str, bytes]) -> None:
+    for path, content in files.items():
+        assert me.put(f"/v1/data/{path}", content=content).status_code == 201
+
+
+def test_the_listing_pages_the_callers_files_under_a_prefix(tenant, as_key, client, store_root):
+    name, key = tenant
+    me = as_key(key)
+    files = {"raw/b.jsonl": b"bb", "raw/a.jsonl": b"a", "raw/sub/c.jsonl": b"ccc", "other.txt": b"o"}
+    _put(me, files)
+    (store_root / "tenants" / name / "data/raw/sub/put-by-a-job.bin").write_bytes(b"jjjj")
+
+    listed = me.get("/v1/data", params={"prefix": "raw/"})
+    assert listed.status_code == 200, listed.text
+    body = listed.json()
+    paths = ["raw/a.jsonl", "raw/b.jsonl", "raw/sub/c.jsonl", "raw/sub/put-by-a-job.bin"]
+    assert [f["path"] for f in body["items"]] == paths and body["total"] == 4
+    by_path = {f["path"]: f for f in body["items"]}
+    prefix = me.get("/v1/whoami").json()["data_prefix"]
+    for path in paths[:3]:
+        assert by_path[path]["uri"] == prefix + path and by_path[path]["bytes"] == len(files[path])
+        assert by_path[path]["sha256"] == hashlib.sha256(files[path]).hexdigest()
+        written = datetime.fromisoformat(by_path[path]["modified"])
+        assert abs(datetime.now(UTC) - written) < timedelta(minutes=5)
+    assert by_path["raw/sub/put-by-a-job.bin"]["sha256"] is None  # not an upload: not known
+    assert by_path["raw/sub/put-by-a-job.bin"]["bytes"] == 4
+
+    page = me.get("/v1/data", params={"prefix": "raw/", "limit": 2, "offset": 2}).json()
+    assert [f["path"] for f in page["items"]] == paths[2:] and page["total"] == 4
+    assert [f["path"] for f in me.get("/v1/data", params={"prefix": "raw/b"}).json()["items"]] == \
+        ["raw/b.jsonl"]
+    assert me.get("/v1/data").json()["total"] == 5  # no prefix: every file
+    assert me.get("/v1/data", params={"prefix": "nothing/"}).json() == \
+        {"items": [], "total": 0, "limit": 50, "offset": 0}
+    # a file changed behind the upload's back: its sha256 is no longer known
+    (store_root / "tenants" / name / "data/raw/a.jsonl").write_bytes(b"changed")
+    again = {f["path"]: f for f in me.get("/v1/data", params={"prefix": "raw/a"}).json()["items"]}
+    assert again["raw/a.jsonl"]["sha256"] is None and again["raw/a.jsonl"]["bytes"] == 7
+
+    other = client.create_tenant(f"data-{uuid.uuid4().hex[:8]}")
+    assert as_key(other.api_key).get("/v1/data").json()["total"] == 0  # never another's
+    for escape in ("../", f"%2E%2E/%2E%2E/{name}/data/", "/etc/"):
+        refused = as_key(other.api_key).get(f"/v1/data?prefix={escape}")
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "prefix", refused.text
+
+
+def test_a_folder_asked_for_as_a_file_is_a_404_that_says_so(tenant, as_key):
+    _, key = tenant
+    me = as_key(key)
+    _put(me, {"raw/in/x.jsonl": b"x"})
+    for answer in (me.get("/v1/data/raw/in"), me.delete("/v1/data/raw/in")):
+        assert answer.status_code == 404, answer.text
+        error = answer.json()["error"]
+        assert "is a folder, not a file" in error["message"] and "prefix=raw/in/" in error["message"]
+    assert me.get("/v1/data/raw/in/x.jsonl").content == b"x"  # the folder's file is still there
+
+
+def test_a_file_removed_is_gone_and_audited(tenant, as_key, http, client, store_root):
+    name, key = tenant
+    me = as_key(key)
+    _put(me, {"raw/gone.jsonl": b"g", "raw/kept.jsonl": b"k"})
+    other = as_key(client.create_tenant(f"data-{uuid.uuid4().hex[:8]}").api_key)
+    assert other.delete("/v1/data/raw/gone.jsonl").status_code == 404  # its own prefix has none
+    assert other.delete(f"/v1/data/%2E%2E/%2E%2E/{name}/data/raw/gone.jsonl").status_code == 422
+
+    removed = me.delete("/v1/data/raw/gone.jsonl")
+    assert removed.status_code == 204 and removed.content == b""
+    assert not (store_root / "tenants" / name / "data/raw/gone.jsonl").exists()
+    assert (store_root / "tenants" / name / "data/raw/kept.jsonl").read_bytes() == b"k"
+    assert [f["path"] for f in me.get("/v1/data", params={"prefix": "raw/"}).json()["items"]] == \
+        ["raw/kept.jsonl"]
+    assert me.delete("/v1/data/raw/gone.jsonl").status_code == 404
+    trail = http.get("/v1/audit", params={"action": "data.delete", "tenant": name}).json()["items"]
+    assert [(e["action"], e["target"], e["detail"]["bytes"]) for e in trail] == \
+        [("data.delete", "raw/gone.jsonl", 1)]
+
+
+def test_a_file_a_job_still_reads_is_not_removed(tenant, as_key, store_root):
+    name, key = tenant
+    me = as_key(key)
+    # a byte file a job reads holds at least a window (seq_len + 2 bytes: checked at submit)
+    _put(me, {"raw/read.jsonl": b'{"text": "a"}\n' * 8, "corpus/a.jsonl": b'{"text": "b"}\n'})
+    prefix = me.get("/v1/whoami").json()["data_prefix"]
+    job = me.post("/v1/jobs", json={**SPEC, "data": {"source": "uri", "uri": prefix + "raw/read.jsonl"}})
+    assert job.status_code == 201, job.text
+    prepare = me.post("/v1/datasets", json={"inputs": ["corpus/*.jsonl"], "output": "tokens/ds",
+                                            "train_vocab_size": 300})
+    assert prepare.status_code == 201, prepare.text
+
+    for path, job_id, field in (("raw/read.jsonl", job.json()["id"], "data.uri"),
+                                ("corpus/a.jsonl", prepare.json()["id"], "prepare.inputs.0")):
+        refused = me.delete(f"/v1/data/{path}")
+        assert refused.status_code == 409, refused.text
+        message = refused.json()["error"]["message"]
+        assert job_id in message and f"({field})" in message, message
+        assert (store_root / "tenants" / name / "data" / path).exists()
+        assert me.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        assert me.delete(f"/v1/data/{path}").status_code == 204  # its job has ended
+
+
+def test_cli_data_ls_and_rm(brigade, tenant, as_key):  # noqa: F811
+    _, key = tenant
+    as_tenant = {"BRIGADE_API_KEY": key}
+    _put(as_key(key), {"raw/one.jsonl": b"1", "raw/two.jsonl": b"22", "top.txt": b"t"})
+    table = brigade("data", "ls", "raw/", env=as_tenant)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["PATH", "BYTES", "MODIFIED", "SHA256"]
+    assert [line.split()[:2] for line in lines[1:]] == [["raw/one.jsonl", "1"], ["raw/two.jsonl", "2"]]
+    assert hashlib.sha256(b"22").hexdigest() in lines[2]
+    listed = json.loads(brigade("data", "ls", "-o", "json", env=as_tenant).stdout)
+    assert [f["path"] for f in listed] == ["raw/one.jsonl", "raw/two.jsonl", "top.txt"]
+
+    removed = brigade("data", "rm", "raw/one.jsonl", env=as_tenant)
+    assert removed.exit_code == 0 and "removed raw/one.jsonl" in removed.stdout
+    assert [f["path"] for f in json.loads(brigade("data", "ls", "-o", "json", env=as_tenant).stdout)] \
+        == ["raw/two.jsonl", "top.txt"]
+    missing = brigade("data", "rm", "raw/one.jsonl", env=as_tenant)
+    assert missing.exit_code == 1 and "not found" in missing.stderr and "HTTP 404" in missing.stderr

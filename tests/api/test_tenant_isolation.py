@@ -10,9 +10,9 @@ tenant's resource is not even confirmed to exist), or, on a route only the
 admin may call, the 403 that A gets too. Nothing of A's changes. Then A
 replays each 404'd request and is answered something other than 404: the
 404 came from isolation, not from a wrong URL. A route whose path is relative
-to the caller's own data prefix (`PUT /v1/data/{path}`, CALLER_SCOPED) cannot
-name A's file at all: B's request writes B's own, under B's prefix, and A's
-file stays as it was.
+to the caller's own data prefix (`PUT` and `DELETE /v1/data/{path}`,
+CALLER_SCOPED) cannot name A's file at all: B's request writes or removes
+B's own, under B's prefix, and A's file stays as it was.
 
 A new route is covered without an edit here. A route whose path parameter
 or request body this file does not know fails the test (it does not skip):
@@ -27,8 +27,8 @@ import uuid
 import httpx
 import pytest
 
-from api.schemas import TenantKey
-from checkpoints import CheckpointTarget, FileEntry
+from api.schemas.tenants import TenantKey
+from checkpoints import FileEntry
 from checkpoints.exports import export_id
 from service.states import JobState
 
@@ -36,24 +36,28 @@ SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "
 EXPORT_FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\x08" + b"\0" * 63}
 DATA_FILE = "iso/a.jsonl"  # A's upload, under A's data prefix
 UNKNOWN = {"job_id": "j-000000000000", "export_id": export_id(7, "bfloat16"), "name": "nothing.json",
-           "tenant_id": "t-000000000000", "path": "nothing/none.jsonl", "sweep_id": "s-000000000000"}
+           "tenant_id": "t-000000000000", "path": "nothing/none.jsonl", "sweep_id": "s-000000000000",
+           "node_id": "0" * 56}
 # A minimal valid body for each route that takes one and names a resource.
 BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/v1/jobs/{job_id}/resume"): {"workers": 1},
     ("POST", "/v1/jobs/{job_id}/exports"): {"dtype": "float32"},
     ("PATCH", "/v1/tenants/{tenant_id}"): {"weight": 2},
     ("PUT", "/v1/data/{path}"): {"text": "an upload's raw body"},
+    ("POST", "/v1/cluster/nodes/{node_id}/drain"): {"deadline_s": 60, "reason": "isolation"},
+    ("PATCH", "/v1/jobs/{job_id}"): {"labels": {"team": "b"}, "note": "tenant B's"},
 }
 # Routes whose path is relative to the caller's own data prefix: B's request reaches B's own.
-CALLER_SCOPED = {("PUT", "/v1/data/{path}")}
+CALLER_SCOPED = {("PUT", "/v1/data/{path}"), ("DELETE", "/v1/data/{path}")}
 # Routes the schema must list (a schema read wrongly would otherwise cover nothing, and pass).
 EXPECTED = {("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
             ("GET", "/v1/jobs/{job_id}/series"), ("POST", "/v1/jobs/{job_id}/exports"),
             ("GET", "/v1/jobs/{job_id}/exports/{export_id}/files/{name}"),
             ("GET", "/v1/jobs/{job_id}/logs"), ("POST", "/v1/tenants/{tenant_id}/keys"),
-            ("GET", "/v1/data/{path}"), ("PUT", "/v1/data/{path}"),
+            ("GET", "/v1/data/{path}"), ("PUT", "/v1/data/{path}"), ("DELETE", "/v1/data/{path}"),
             ("GET", "/v1/sweeps/{sweep_id}"), ("POST", "/v1/sweeps/{sweep_id}/cancel"),
-            ("DELETE", "/v1/sweeps/{sweep_id}")}
+            ("DELETE", "/v1/sweeps/{sweep_id}"), ("POST", "/v1/cluster/nodes/{node_id}/drain"),
+            ("PATCH", "/v1/jobs/{job_id}")}
 PARAM = re.compile(r"{([^}]+)}")
 
 
@@ -102,7 +106,7 @@ def committed_export(supervisor, job_id: str) -> str:
     """A real committed export of A's job, written where the service keeps that job's exports
     (a committed export of a checkpoint would need the job run: its bytes do not matter here)."""
     record = supervisor.store.get_job(job_id)
-    exports = CheckpointTarget.from_dict(supervisor.checkpoint_target(record)).open_exports()
+    exports = supervisor.storage.checkpoint_target(record).open_exports()
     ident = export_id(5, "float32")
     directory = exports.begin(ident)
     for name, data in EXPORT_FILES.items():
@@ -139,7 +143,9 @@ def test_every_resource_route_of_the_schema_is_404_to_another_tenant(http, as_ke
         "objective": {"metric": "loss"}, "max_trials": 1, "after": [job["id"]]})
     assert sweep.status_code == 201, sweep.text
     values = {"job_id": job["id"], "export_id": ident, "name": "model.safetensors",
-              "tenant_id": tenant_a.id, "path": DATA_FILE, "sweep_id": sweep.json()["id"]}
+              "tenant_id": tenant_a.id, "path": DATA_FILE, "sweep_id": sweep.json()["id"],
+              # no tenant's: the cluster's node (the head), whose drain is the admin's alone
+              "node_id": http.get("/v1/cluster/nodes").json()["nodes"][0]["node_id"]}
     assert [e["id"] for e in a.get(f"/v1/jobs/{job['id']}/exports").json()] == [ident]
     before = snapshot(http, a, job["id"], tenant_a.id)
     assert before["job"]["state"] == JobState.QUEUED

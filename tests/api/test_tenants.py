@@ -11,7 +11,7 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from api.schemas import TenantKey, TenantPublic
+from api.schemas.tenants import TenantKey, TenantPublic
 from service.states import JobState
 
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
@@ -71,6 +71,24 @@ def test_patch_changes_only_what_it_names(http):
     assert (patched.weight, patched.max_priority) == (3.0, tenant.max_priority)
     assert http.patch(f"/v1/tenants/{tenant.id}", json={"max_priority": 2000}).status_code == 422
     assert http.get(f"/v1/tenants/{tenant.id}").json() == response.json()
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"max_priority": False}, "max_priority"), ({"max_priority": "5"}, "max_priority"),
+    ({"max_priority": 5.5}, "max_priority"), ({"weight": 5e-324}, "weight"),
+    ({"weight": 1000.5}, "weight"), ({"weight": "2"}, "weight"), ({"weight": True}, "weight"),
+    ({"quota": {"max_workers": True}}, "quota.max_workers"), ({"quota": {"max_gpus": "1"}}, "quota.max_gpus"),
+])
+def test_a_patch_the_openapi_document_calls_invalid_is_refused_not_coerced(http, body, field):
+    tenant = create(http)
+    response = http.patch(f"/v1/tenants/{tenant.id}", json=body)
+    assert response.status_code == 422, (body, response.text)
+    assert response.json()["error"]["field"] == field
+    unchanged = TenantPublic.model_validate(http.get(f"/v1/tenants/{tenant.id}").json())
+    assert unchanged.model_dump() == TenantPublic.model_validate(tenant.model_dump()).model_dump()
+    weight = http.get("/openapi.json").json()["components"]["schemas"]["TenantUpdate"]["properties"]["weight"]
+    assert {"minimum": 0.001, "maximum": 1000.0} == {k: v for k, v in weight["anyOf"][0].items()
+                                                    if k in ("minimum", "maximum")}
 
 
 @pytest.mark.parametrize("tenant_id", ["t-000000000000", "nope", "t-" + "a" * 300])

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from api.app import create_app
-from api.cli import app as cli
+from api.server.app import create_app
+from api.cli.main import app as cli
 from service.states import TERMINAL, JobState
 from tests.api.conftest import ADMIN_KEY, make_supervisor
 from tests.api.live_server import LiveServer

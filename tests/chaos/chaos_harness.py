@@ -40,10 +40,19 @@ ENV = {
 }
 
 
-def chaos_spec(name: str, steps: int = STEPS, **extra) -> dict:
+def chaos_spec(name: str, steps: int = STEPS, *, in_place: bool = True, **extra) -> dict:
     """A tiny job that checkpoints every INTERVAL steps; the same engine
-    config for every scenario (the name and max_restarts are not part of it),
-    so one uninterrupted reference run serves them all."""
+    config for every scenario (the name and max_restarts are not part of it,
+    nor the in-memory snapshots: the same math), so one uninterrupted
+    reference run serves them all. With recovery in place on (the product's
+    default) a lost rank is replaced in place; `in_place=False` (snapshots
+    off) takes the whole-group restart from disk, the path a scenario about
+    a torn save, a hung rank or a restart itself is about, with blocking saves
+    (what those scenarios' bounds are written for: an async save's failure is
+    told at the next save, and a kill can cost the save in flight too)."""
+    if not in_place:
+        extra["checkpoint"] = {"every_steps": INTERVAL, "keep_last": 3, "async": False,
+                               **extra.get("checkpoint", {}), "memory_every_steps": 0}
     return {
         "name": name,
         "workers": 2,

@@ -5,8 +5,9 @@ uninterrupted run of the same spec, bitwise (the same world size, gloo on
 CPUs), having redone no more than a checkpoint interval of steps (except
 where the latest checkpoint itself is corrupt: see that test), and with no
 actor, placement group or rank process of the job left on the cluster.
-The one exception is the job that fails deterministically: it ends FAILED
-after max_restarts, with the cause in `error`.
+The one exception is the job whose data is bad in a way only its ranks can
+see: it ends FAILED at once, without spending a restart, with the file and
+the cause in `error`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from chaos_harness import (
     tree_bytes,
     wait_for,
 )
+
+from tests.broken_data import SHARD, write_out_of_vocabulary_dataset
 
 pytestmark = pytest.mark.timeout(240)
 rng = random.Random(6)
@@ -115,34 +118,39 @@ def sigkill(pid: int) -> None:
 
 
 def test_sigkill_a_random_rank_mid_step_three_times(server, probe, reference):
+    # Recovery in place (the default): each kill replaces the rank, the other keeps
+    # its process, every rank restores the newest in-memory snapshot; the attempt and
+    # the curve go on (workers/cluster/replace.py).
     job = server.submit(chaos_spec("kill3"))
     watch = PidWatch(server, job["id"])
-    killed_at = []
     for kill in range(3):
-        # Each attempt commits a checkpoint of its own first: the job moves on between
-        # kills. (The job's step is the furthest any attempt got: an attempt killed before
-        # its own checkpoint is resumed where it was, and the next one's first row, the
-        # same step's, replaces its recovery row.)
         floor = INTERVAL * (kill + 1) + 2
-        seen = wait_for(server, job["id"], lambda j: running_past(floor)(j)
-                        and j["restarts"] == kill and checkpointed_since_resuming(server, j, kill)
-                        and rank_pids(server, j["id"]))
+        wait_for(server, job["id"], lambda j: running_past(floor)(j) and j["recoveries"] == kill
+                 and len(rank_pids(server, j["id"])) == 2)
         pids = watch.sample()
-        sigkill(pids[rng.randrange(len(pids))])
-        killed_at.append(seen["step"])
+        victim = rng.randrange(len(pids))
+        sigkill(pids[victim])
+        wait_for(server, job["id"], lambda j: j["recoveries"] == kill + 1
+                 or j["state"] != "RUNNING")
+        now = watch.sample()
+        assert now[1 - victim] == pids[1 - victim], (pids, now)  # the survivor kept its process
+        assert now[victim] != pids[victim]
     done = finish(server, probe, job["id"], watch, reference)
-    assert done["restarts"] == 3 and done["preemptions"] == 0
-    recoveries = attempt_rows(server, job["id"])
-    assert len(recoveries) == 3, recoveries
-    for row in recoveries:
-        assert row["recovered_from"] == "restart"
-        assert 0 <= row["lost_steps"] <= INTERVAL
-        assert 0 < row["recovery_s"] < 60
-    assert states(server, job["id"]).count("RESTARTING") == 3
+    assert (done["restarts"], done["recoveries"], done["preemptions"]) == (0, 3, 0)
+    events = server.get(f"/v1/jobs/{job['id']}/events")
+    recoveries = [e["detail"] for e in events if e.get("kind") == "recovery"]
+    assert [d["in_place"] for d in recoveries] == [True] * 3, recoveries
+    for detail in recoveries:
+        assert 0 <= detail["from_step"] - detail["to_step"] <= 2 * INTERVAL, detail
+        assert 0 < detail["seconds"] < 60
+    rows = attempt_rows(server, job["id"])
+    assert len(rows) == 3 and {row["recovered_from"] for row in rows} == {"recovery"}, rows
+    assert "RESTARTING" not in states(server, job["id"])
+    assert states(server, job["id"]).count("STARTING") == 1  # one attempt, from start to end
 
 
 def test_sigkill_a_rank_while_it_writes_a_checkpoint(server, probe, reference):
-    job = server.submit(chaos_spec("kill-in-save"))
+    job = server.submit(chaos_spec("kill-in-save", in_place=False))
     watch = PidWatch(server, job["id"])
     wait_for(server, job["id"], lambda j: running_past(2)(j) and rank_pids(server, j["id"]))
     pids = watch.sample()
@@ -171,7 +179,7 @@ def test_sigkill_a_rank_while_it_writes_a_checkpoint(server, probe, reference):
 
 def test_a_stopped_rank_is_found_hung_within_the_timeout_and_the_job_resumes(
         server, probe, reference):
-    job = server.submit(chaos_spec("sigstop"))
+    job = server.submit(chaos_spec("sigstop", in_place=False))
     watch = PidWatch(server, job["id"])
     wait_for(server, job["id"], lambda j: running_past(INTERVAL + 2)(j) and rank_pids(server, j["id"]))
     pids = watch.sample()
@@ -223,7 +231,7 @@ def test_sigterm_a_rank_checkpoints_and_requeues_losing_no_step(server, probe, r
 
 
 def test_a_corrupt_latest_checkpoint_is_passed_over_at_restart(server, probe, reference):
-    job = server.submit(chaos_spec("corrupt"))
+    job = server.submit(chaos_spec("corrupt", in_place=False))
     watch = PidWatch(server, job["id"])
     directory = checkpoint_dir(server, job["id"])
     wait_for(server, job["id"], lambda j: running_past(2 * INTERVAL)(j)
@@ -284,7 +292,7 @@ def test_a_full_disk_fails_the_save_on_every_rank_and_saving_resumes_once_freed(
         pass
     # keep_last 2 (not part of the curve): two checkpoints and one being written
     # fit the 2 MiB disk with room to spare, a checkpoint being ~18% of it.
-    job = server.submit(chaos_spec("full-disk", checkpoint={"every_steps": INTERVAL, "keep_last": 2}))
+    job = server.submit(chaos_spec("full-disk", checkpoint={"every_steps": INTERVAL, "keep_last": 2}, in_place=False))
     watch = PidWatch(server, job["id"])
     directory = checkpoint_dir(server, job["id"])
     with tmpfs(directory, "2m"):
@@ -333,8 +341,8 @@ def test_sigkill_the_controller_mid_run_and_while_restarting(server, probe, refe
     # The job to be killed mid-restart first: where the pool has warm ranks for one job
     # only, it takes them and runs ahead, so the other is still far from its end when the
     # server dies (ahead, it could finish before the kill, with nothing to reconcile).
-    restarting = server.submit(chaos_spec("ctl-restarting"))
-    mid_run = server.submit(chaos_spec("ctl-mid-run"))
+    restarting = server.submit(chaos_spec("ctl-restarting", in_place=False))
+    mid_run = server.submit(chaos_spec("ctl-mid-run", in_place=False))
     runs, restarts = PidWatch(server, mid_run["id"]), PidWatch(server, restarting["id"])
     for job in (restarting, mid_run):
         wait_for(server, job["id"], lambda j: running_past(INTERVAL + 2)(j) and rank_pids(server, j["id"]))
@@ -367,16 +375,18 @@ def test_sigkill_the_controller_mid_run_and_while_restarting(server, probe, refe
 # -- a job that cannot succeed --------------------------------------------------------
 
 
-def test_a_deterministically_failing_job_ends_failed_after_max_restarts(server, probe):
-    # A data uri that exists but cannot be read as a file (a directory: as root, too).
-    bad = server.data_dir / "data-store" / "tenants" / "admin" / "data" / "unreadable.bin"
-    bad.mkdir(parents=True)
-    spec = chaos_spec("bad-data", data={"source": "uri", "uri": f"file://{bad}"}, max_restarts=1)
+def test_a_job_whose_data_fails_its_ranks_fails_at_once_naming_the_file(server, probe):
+    # Token ids past the vocabulary: the index, sizes and checksums pass the submit checks;
+    # only the ranks reading the tokens see it, and a restart would read the same tokens.
+    bad = write_out_of_vocabulary_dataset(
+        server.data_dir / "data-store" / "tenants" / "admin" / "data" / "out-of-vocab")
+    spec = chaos_spec("bad-data", data={"source": "tokens", "uri": bad}, max_restarts=1)
     job = server.submit(spec)
     watch = PidWatch(server, job["id"])
     done = wait_for(server, job["id"], lambda j: j["state"] in ("FAILED", "SUCCEEDED"), every_s=0.3)
     assert done["state"] == "FAILED"
-    assert done["restarts"] == 1
-    assert "IsADirectoryError" in done["error"] and "max_restarts 1" in done["error"]
-    assert states(server, job["id"]).count("RESTARTING") == 1
+    assert done["restarts"] == 0 and "RESTARTING" not in states(server, job["id"])
+    assert f"DataError: {bad}/{SHARD}: token id 256" in done["error"], done["error"]
+    assert done["error"].endswith("(not restarted: its data is bad: fix or replace the file "
+                                  "named, then submit again)"), done["error"]
     assert_nothing_left(probe, job["id"], watch.pids)

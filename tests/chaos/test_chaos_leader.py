@@ -144,7 +144,7 @@ def test_two_leaders_killed_in_turn_mid_run(replicas, probe, reference):
 
 def test_the_leader_killed_while_a_job_recovers_from_a_lost_rank(replicas, probe, reference):
     leader = replicas.leader()
-    job = leader.submit(chaos_spec("leader-recovering"))["id"]
+    job = leader.submit(chaos_spec("leader-recovering", in_place=False))["id"]
     watch = PidWatch(leader, job)
     wait_for(leader, job, lambda j: j["state"] == "RUNNING" and j["step"] >= 15)
     os.kill(ranks(watch, leader)[0], signal.SIGKILL)

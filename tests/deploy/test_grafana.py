@@ -38,6 +38,7 @@ def test_every_dashboard_query_names_an_exported_metric(server, http):  # noqa: 
     assert asked - names == set(), f"not exported: {sorted(asked - names)}"
     for needed in ("brigade_http_requests_total", "brigade_http_request_duration_seconds_bucket",
                    "brigade_jobs", "brigade_job_restarts_total", "brigade_job_preemptions_total",
+                   "brigade_recoveries_total",
                    "brigade_scheduling_pass_duration_seconds_bucket",
                    "brigade_job_recovery_duration_seconds_bucket",
                    "brigade_checkpoint_save_duration_seconds_bucket",

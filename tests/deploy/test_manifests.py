@@ -34,6 +34,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -60,6 +61,8 @@ COMPOSE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 ENTRYPOINT = DEPLOY / "entrypoint.sh"
 GEN_ENV = DEPLOY / "gen-env.sh"
+DRAIN_NODE = DEPLOY / "drain-node.sh"  # the Ray worker pods' preStop hook
+DRAIN_HOOK = "/usr/local/bin/brigade-drain-node"  # where the image has it
 DOCS = ROOT / "docs" / "deploy.md"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # What the service runs on: the lean install's requirements and the `server` extra's.
@@ -109,7 +112,8 @@ def compose() -> dict:
 
 
 def test_deploy_has_the_expected_files():
-    for path in (DOCKERFILE, COMPOSE, ENTRYPOINT, GEN_ENV, KUBERAY / "kustomization.yaml", DOCS):
+    for path in (DOCKERFILE, COMPOSE, ENTRYPOINT, GEN_ENV, DRAIN_NODE, KUBERAY / "kustomization.yaml",
+                 DOCS):
         assert path.is_file(), path
     assert len(yaml_files()) >= 6
 
@@ -323,6 +327,78 @@ def test_raycluster_has_a_cpu_and_a_gpu_group_and_a_head_that_does_not_train():
         assert containers(group["template"])[0]["image"].endswith(":cpu")
 
 
+def test_a_worker_pod_drains_its_ray_node_first_with_its_grace_period_as_the_deadline():
+    """Every worker group's pods run deploy/drain-node.sh (as the image installs it) before
+    they stop, told the pod's terminationGracePeriodSeconds as the drain's deadline and the
+    pod's name for the drain's message; the head, which Brigade never drains, has no hook."""
+    rc = raycluster()
+    for group in rc["spec"]["workerGroupSpecs"]:
+        spec = group["template"]["spec"]
+        container = containers(group["template"])[0]
+        hook = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+        assert hook == [DRAIN_HOOK], (group["groupName"], hook)
+        grace = spec.get("terminationGracePeriodSeconds")
+        assert isinstance(grace, int) and grace >= 30, (group["groupName"], grace)  # 30: k8s' default
+        env = env_of(container)
+        assert env["DRAIN_DEADLINE_S"].get("value") == str(grace), (group["groupName"], env)
+        assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    head = rc["spec"]["headGroupSpec"]["template"]
+    assert "lifecycle" not in containers(head)[0]
+    copies = [value.split() for value in instructions("COPY")]
+    assert ["deploy/drain-node.sh", DRAIN_HOOK] in copies
+    assert any(DRAIN_HOOK in run and "chmod 0755" in run for run in instructions("RUN"))
+
+
+def run_drain_hook(tmp_path: Path, node_id_output: str, deadline_s: str = "7", ray_code: int = 0):
+    """deploy/drain-node.sh with a stub `python` (printing `node_id_output`, as the driver that
+    asks the pod's Ray node its id would) and a stub `ray`: (result, the calls made, seconds)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir(exist_ok=True)
+    log.unlink(missing_ok=True)
+    ray = bin_dir / "ray"  # its arguments kept apart (\x1f between), as the hook quoted them
+    ray.write_text(f'#!/bin/sh\n{{ printf "ray"; for a in "$@"; do printf "\\037%s" "$a"; done; echo; }}'
+                   f' >> "{log}"\nexit {ray_code}\n')
+    ray.chmod(0o755)
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\necho "python $*" | tr "\\n" " " >> "{log}"\necho >> "{log}"\n'
+                      f'printf "%s" "{node_id_output}"\n')
+    python.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRAIN_DEADLINE_S": deadline_s, "POD_NAME": "w-cpu-x1"}
+    started = time.monotonic()
+    result = subprocess.run(["sh", str(DRAIN_NODE)], env=env, capture_output=True, text=True,
+                            timeout=60)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result, calls, time.monotonic() - started
+
+
+def test_the_drain_hook_drains_its_own_node_by_id_with_the_deadline_left(tmp_path):
+    node_id = "ab" * 28
+    result, calls, took = run_drain_hook(tmp_path, f"a line ray.init printed\n{node_id}\n")
+    assert result.returncode == 0, result.stderr
+    assert calls[0].startswith("python -c") and 'ray.init(address="auto"' in calls[0]
+    assert "get_runtime_context().get_node_id()" in calls[0]
+    drain = calls[1].split("\x1f")
+    assert drain[:2] == ["ray", "drain-node"] and "--address" not in drain  # the pod's own record
+    args = dict(zip(drain[2::2], drain[3::2], strict=True))
+    assert args["--node-id"] == node_id
+    assert args["--reason"] == "DRAIN_NODE_REASON_PREEMPTION"
+    assert args["--reason-message"] == "pod w-cpu-x1 terminating"
+    assert args["--deadline-remaining-seconds"] in ("7", "6")  # the grace period, less what passed
+    assert len(calls) == 2
+    # then it waits while a raylet runs (this machine's, here), until 5 s before the deadline
+    assert took < 7, took
+
+
+@pytest.mark.parametrize("node_id_output, ray_code", [("", 0), ("ab" * 28, 1)],
+                         ids=["no node answers", "ray refuses"])
+def test_the_drain_hook_never_holds_the_pod_when_it_cannot_drain(tmp_path, node_id_output, ray_code):
+    result, calls, took = run_drain_hook(tmp_path, node_id_output, deadline_s="60", ray_code=ray_code)
+    assert result.returncode == 0, result.stderr  # a failed hook would only be logged by Kubernetes
+    assert took < 20  # it returned: Kubernetes stops the pod now
+    assert sum(c.startswith("ray\x1fdrain-node") for c in calls) == (1 if node_id_output else 0)
+    assert "not drained" in result.stderr or "refused" in result.stderr
+
+
 def secret_ref(env: dict, name: str) -> tuple[str, str] | None:
     ref = env.get(name, {}).get("valueFrom", {}).get("secretKeyRef")
     return (ref["name"], ref["key"]) if ref else None
@@ -406,10 +482,10 @@ def test_brigade_deployment_is_two_replicas_rolled_one_at_a_time_pointing_at_the
     http = [p for p in container["ports"] if p.get("name") == "http"]
     assert http and str(http[0]["containerPort"]) == env["BRIGADE_PORT"]["value"]
     assert env["BRIGADE_HOST"]["value"] == "0.0.0.0"
-    routes = "".join(p.read_text() for p in (ROOT / "api" / "routes").glob("*.py"))
+    routes = "".join(p.read_text() for p in (ROOT / "api" / "server" / "routes").glob("*.py"))
     for probe in ("readinessProbe", "livenessProbe"):
         path = container[probe]["httpGet"]["path"]
-        assert f'.get("{path}"' in routes, f"{probe}: no route {path} in api/routes"
+        assert f'.get("{path}"' in routes, f"{probe}: no route {path} in api/server/routes"
     security = deployment["spec"]["template"]["spec"]["securityContext"]
     assert security["runAsNonRoot"] is True
 
@@ -875,7 +951,7 @@ def test_every_brigade_variable_is_a_settings_field():
 
 
 def test_client_variables_are_what_the_cli_reads():
-    source = (ROOT / "api" / "cli_jobs.py").read_text()
+    source = (ROOT / "api" / "cli" / "remote.py").read_text()
     for name in CLIENT_ENV:
         assert f'envvar="{name}"' in source, name
 
@@ -968,7 +1044,7 @@ def test_hadolint_is_really_linting(tmp_path):
     assert result.returncode != 0 and "DL3002" in result.stdout  # last USER is root
 
 
-@pytest.mark.parametrize("script", [ENTRYPOINT, GEN_ENV], ids=lambda p: p.name)
+@pytest.mark.parametrize("script", [ENTRYPOINT, GEN_ENV, DRAIN_NODE], ids=lambda p: p.name)
 def test_shell_scripts_pass_shellcheck(script):
     result = subprocess.run([linter("shellcheck"), "--shell=sh", str(script)],
                             capture_output=True, text=True, timeout=60)

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from workers.engine.distributed import free_port
 
@@ -107,6 +108,7 @@ class RayNodes:
     def __init__(self):
         self.root = Path(tempfile.mkdtemp(prefix="brg-mn-", dir="/tmp"))
         self.address: str | None = None  # the head's, once `start_head` has run
+        self._node_ids: dict[str, str] = {}  # worker nodes' Ray ids by name, once asked
         self.nodes: dict[str, RayNode] = {}
         # Token auth on, with a token of its own (none need be in ~/.ray): every
         # node and every driver of this cluster gets it in RAY_AUTH_TOKEN.
@@ -127,12 +129,15 @@ class RayNodes:
         self._wait_started(node, retry=args)
         return self.nodes["head"]
 
-    def add_workers(self, num_cpus: dict[str, int]) -> list[RayNode]:
+    def add_workers(self, num_cpus: dict[str, int],
+                    labels: dict[str, dict[str, str]] | None = None) -> list[RayNode]:
         """Worker nodes {name: CPUs}, started together; each has a resource of
-        its own, `brigade_{name}`."""
+        its own, `brigade_{name}`, and the Ray node labels `labels[name]`."""
         def args(name: str) -> list[str]:
+            given = (labels or {}).get(name)
             return [f"--address={self.address}", f"--num-cpus={num_cpus[name]}",
-                    f"--resources={json.dumps({f'brigade_{name}': 1})}"]
+                    f"--resources={json.dumps({f'brigade_{name}': 1})}",
+                    *([f"--labels={','.join(f'{k}={v}' for k, v in given.items())}"] if given else [])]
 
         nodes = [self._spawn(name, args(name)) for name in num_cpus]
         for node in nodes:
@@ -171,6 +176,42 @@ class RayNodes:
             assert attempt < tries, f"ray node {node.name} exited {tries} times:\n{tail}"
             node = self._spawn(node.name, retry())
 
+    def driver(self, code: str, timeout_s: float = 120) -> Any:
+        """Run `code` in a driver of its own joined to this cluster (a pytest
+        process may be the session cluster's driver already, and a process
+        joins one cluster only); what it leaves in `result` comes back as JSON."""
+        script = (f"import json, ray\nray.init(address={self.address!r}, "
+                  f"namespace='brigade-tests-nodes', logging_level='ERROR')\n"
+                  f"result = None\n{code}\nprint('RESULT ' + json.dumps(result))\n")
+        done = subprocess.run([sys.executable, "-c", script], env=self.env, capture_output=True,
+                              text=True, timeout=timeout_s)
+        assert done.returncode == 0, f"the driver failed:\n{done.stderr[-3000:]}"
+        line = next(ln for ln in reversed(done.stdout.splitlines()) if ln.startswith("RESULT "))
+        return json.loads(line.removeprefix("RESULT "))
+
+    def node_ids(self) -> dict[str, str]:
+        """Each worker node's Ray node id, by name (asked of the cluster by a
+        driver of its own: its `brigade_{name}` resource names it)."""
+        return self.driver("result = {k[8:]: n['NodeID'] for n in ray.nodes() if n['Alive'] "
+                           "for k in n['Resources'] if k.startswith('brigade_')}")
+
+    def node_id(self, name: str) -> str:
+        """Worker node `name`'s Ray id (the cluster asked once, again for a node it did not have)."""
+        if name not in self._node_ids:
+            self._node_ids = self.node_ids()
+        return self._node_ids[name]
+
+    def drain(self, name: str, *, deadline_s: int, message: str,
+              reason: str = "DRAIN_NODE_REASON_PREEMPTION") -> str:
+        """`ray drain-node` of worker node `name`, as an operator or the
+        autoscaler asks it; the node's id."""
+        node_id = self.node_id(name)
+        subprocess.run([RAY, "drain-node", f"--address={self.address}", f"--node-id={node_id}",
+                        f"--reason={reason}", f"--reason-message={message}",
+                        f"--deadline-remaining-seconds={deadline_s}"],
+                       env=self.env, capture_output=True, text=True, timeout=60, check=True)
+        return node_id
+
     def node_of(self, pid: int) -> str | None:
         """The name of the node whose `ray start` `pid` runs under."""
         by_pid = {node.pid: name for name, node in self.nodes.items()}
@@ -198,7 +239,14 @@ class RayNodes:
                 node.proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def leftovers(self) -> list[int]:
-        """Pids of processes the nodes started that are still alive."""
-        return [pid for node in self.nodes.values() for pid, started in node.processes
-                if (stat := _proc_stat(pid)) and stat[1] == started]
+    def leftovers(self, within_s: float = 0) -> list[int]:
+        """Pids of processes the nodes started that are still alive (after `stop`,
+        once `within_s` has passed: a SIGKILLed process is there until the kernel has
+        torn it down, which takes a while for a large one on a loaded machine)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            alive = [pid for node in self.nodes.values() for pid, started in node.processes
+                     if (stat := _proc_stat(pid)) and stat[1] == started]
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.2)

@@ -34,7 +34,12 @@ from sqlalchemy import create_engine, text
 from tests.e2e.ray_nodes import RayNodes
 from tests.e2e.serve_harness import Server
 
-LEASE_S = 3.0  # BRIGADE_LEASE_S of every replica here
+# BRIGADE_LEASE_S of every replica here: short, since a killed leader's lease must run out
+# before another leads (the kills' scenarios are timed on it: a job mid-save must outlast the
+# failover; 6 s was too long for that under load). A leader keeps its term only while a
+# renewal gets through within 2 s, which a loaded machine can miss: a test that needs no
+# lease to run out runs with the deployment's (test_replicas.py DEPLOYED_LEASE_S).
+LEASE_S = 3.0
 FAILOVER_S = LEASE_S + 5  # the issue's bound: another replica leads within this of the leader's loss
 REPLICA_ENV = {
     "BRIGADE_LEASE_S": str(LEASE_S),
@@ -54,7 +59,8 @@ def ray_head(num_cpus: int = 4, dashboard: bool = False) -> Iterator[RayNodes]:
         yield nodes
     finally:
         nodes.stop()
-    assert nodes.leftovers() == [], "Ray processes outlived the head"
+    left = nodes.leftovers(within_s=30)
+    assert left == [], f"Ray processes outlived the head: {left}"
 
 
 def query(url: str, sql: str, **params) -> list[tuple]:
@@ -91,9 +97,11 @@ class Replica(Server):
         self.paused = False
 
     def readyz(self) -> dict:
-        """What /readyz says (role, leader, replica), {} while it does not answer."""
+        """What /readyz says (role, leader, replica), {} while it does not answer.
+        It asks the database twice and Ray's GCS once: on a loaded machine that can
+        take seconds, and a test that reads a field of the answer must get one."""
         try:
-            r = httpx.get(f"{self.url}/readyz", timeout=2)
+            r = httpx.get(f"{self.url}/readyz", timeout=10)
         except httpx.HTTPError:
             return {}
         return r.json() if r.status_code == 200 else {}

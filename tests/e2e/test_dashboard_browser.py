@@ -3,17 +3,22 @@ driven by Selenium) against a real `brigade serve` running real tiny jobs:
 one server and one browser for the whole module.
 
 Every page visited is checked for requests to any host but the server (the
-browser's own network log) and for console errors."""
+browser's own network log) and for console errors. Screenshots go to a
+temporary directory, or to docs/ui/ with BRIGADE_UI_SHOTS=1 (how docs/ui's
+are remade)."""
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from api.sessions import COOKIE, CSRF_HEADER
+from api.server.sessions import COOKIE, CSRF_HEADER
 from tests.ci import in_ci
 from tests.e2e.browser import Browser, available
 from tests.e2e.serve_harness import KEY, Server
@@ -22,6 +27,9 @@ WHY_NOT = available()
 if WHY_NOT and not in_ci():
     pytest.skip(f"no browser here: {WHY_NOT}", allow_module_level=True)
 # Under CI the browser must be there (.ci/run installs it): a missing one fails below.
+
+DOCS_UI = Path(__file__).resolve().parents[2] / "docs" / "ui"
+SHOTS = DOCS_UI if os.environ.get("BRIGADE_UI_SHOTS") == "1" else Path(tempfile.mkdtemp("-ui-shots"))
 
 SLOW_JOB = """\
 name: dash-live
@@ -124,6 +132,30 @@ def lines_high(browser: Browser, css: str) -> float:
         "return e.getBoundingClientRect().height / line;", css)
 
 
+def y_ticks(browser: Browser, figures: str) -> dict[str, list[str]]:
+    """The value axis's tick labels of each chart `figures` matches, by its id (or
+    parameter), read at once (a refresh redraws them); a log axis's under "log:" + id."""
+    return browser.driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll(arguments[0])].map(f =>"
+        " [(f.querySelector('svg[data-scale=log]') ? 'log:' : '') + (f.id || f.dataset.param),"
+        "  [...f.querySelectorAll('text.y-tick')].map(t => t.textContent)]));",
+        figures)
+
+
+def told_apart(labels: list[str], log: bool = False) -> bool:
+    """Tick labels that say their ticks' values: each its own text, and on a linear axis
+    the numbers they read evenly spaced, as the ticks are (a label rounded off breaks the
+    spacing: 1.0, 1.3, 1.5 for 1.0, 1.25, 1.5)."""
+    if len(set(labels)) != len(labels):
+        return False
+    units = {re.sub(r"^[-\d.]+", "", label).strip() for label in labels}
+    if log or len(labels) < 3 or len(units) > 1:
+        return True  # no even spacing to check
+    numbers = [float(re.match(r"-?[\d.]+", label).group()) for label in labels]
+    gaps = [b - a for a, b in zip(numbers, numbers[1:], strict=False)]
+    return all(abs(g - gaps[0]) <= 1e-9 + abs(gaps[0]) * 1e-6 for g in gaps)
+
+
 def at_phone_width(browser: Browser, check) -> None:
     """`check()` at 1280 px, then again at phone width (390 px)."""
     check()
@@ -181,6 +213,12 @@ def test_a_submitted_jobs_curve_grows_then_suspend_and_resume_from_the_page(serv
     compute = wait_for("the FLOP/s figure", lambda: text_of(browser, "#job-compute"))
     assert re.fullmatch(r"compute: \d[\d.]* [KMGT]?FLOP/s per rank \(device peak unknown: no MFU\)",
                         compute), compute
+    wait_for("the bytes moved", lambda: points(browser, "comm_bytes") > 1)
+    ticks = y_ticks(browser, "figure.chart")
+    assert {"chart-loss", "chart-throughput", "chart-comm"} <= set(ticks), ticks
+    assert {"chart-memory", "log:chart-memory"} & set(ticks), ticks
+    for name, labels in ticks.items():
+        assert labels and told_apart(labels, name.startswith("log:")), (name, labels)
     assert "RUNNING" in text_of(browser, "#job-state")
     ranks = wait_for("the ranks and their nodes",
                      lambda: re.findall(r"\d+\.\d+\.\d+\.\d+", text_of(browser, "#workers tbody")))
@@ -191,7 +229,7 @@ def test_a_submitted_jobs_curve_grows_then_suspend_and_resume_from_the_page(serv
              not d.find_element(By.ID, "resume").get_attribute("disabled"), timeout_s=120)
     assert "suspend requested by" in events_text(browser)
     rows = server.get(f"/v1/jobs/{job_id}/metrics")  # a suspended job writes no more rows
-    wait_for("every row drawn", lambda: points(browser) == len(rows), timeout_s=10)
+    wait_for("every row drawn", lambda: points(browser) == len(rows), timeout_s=30)  # polls every 2 s
     assert d.find_element(By.ID, "chart-loss").get_attribute("data-rows") == str(len(rows))
 
     d.find_element(By.ID, "resume-workers").send_keys("1")
@@ -408,7 +446,7 @@ def test_the_jobs_page_at_phone_width_keeps_its_controls_reachable(server, brows
         browser.resize(1280, 900)
 
 
-def test_the_cluster_page_shows_when_a_queued_job_is_expected_to_start(server, browser, tmp_path):
+def test_the_cluster_page_shows_when_a_queued_job_is_expected_to_start(server, browser, tenants):
     d = browser.driver
     d.delete_all_cookies()
     sign_in(browser, server, KEY)
@@ -426,13 +464,28 @@ def test_the_cluster_page_shows_when_a_queued_job_is_expected_to_start(server, b
     cell = wait_for("an expected start", lambda: re.search(
         r"\(in \d+ s\)", text_of(browser, "#queue tbody .expected-start") or ""), timeout_s=30)
     assert cell
-    browser.screenshot(tmp_path / "cluster-expected-start.png")
+    # Fair share: the admin key's own jobs (these two) are the tenant admin's, shown beside
+    # the tenants (the page said "No tenant." with no tenant made yet), first
+    def admin_row() -> list[str] | None:
+        return d.execute_script(
+            "const h = document.querySelector(\"#shares th[data-tenant='admin']\");"
+            "return h ? [...h.parentElement.children].map(c => c.textContent) : null;")
+
+    # running, queued, workers: the holder and the job behind it (the cancelled gone by then)
+    wait_for("the admin's row", lambda: (admin_row() or [""] * 8)[5:8] == ["1 / \u221e"] * 2 + ["4 / \u221e"])
+    admin = admin_row()
+    assert admin[0].startswith("admin (the admin key's own jobs)"), admin
+    shown = d.execute_script("return [...document.querySelectorAll('#shares th[data-tenant]')]"
+                             ".map(h => h.dataset.tenant);")
+    assert shown == ["admin", "team-a", "team-b"], shown
+    assert "No tenant" not in text_of(browser, "#shares")
+    browser.screenshot(SHOTS / "cluster-expected-start.png")
     clean(browser, server)
     for job in (holder, behind):
         server.http.post(f"/v1/jobs/{job['id']}/cancel")
 
 
-def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, browser, tmp_path):
+def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, browser):
     """A finished job's phases drawn as one bar whose pieces are its seconds from
     `/v1/jobs/{id}/goodput`; its goodput in the jobs list; the cluster's over time."""
     from selenium.webdriver.common.by import By
@@ -465,7 +518,7 @@ def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, brow
     legend = text_of(browser, "#goodput-bar .phase-legend")
     assert "training" in legend and "starting" in legend, legend
     assert text_of(browser, "#goodput-figure") == f"goodput {100 * own['goodput']:.1f}%"
-    browser.screenshot(tmp_path / "job-goodput.png")
+    browser.screenshot(SHOTS / "job-goodput.png")
     clean(browser, server)
 
     d.get(server.url + "/")
@@ -476,7 +529,7 @@ def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, brow
                  if j["workers"] is None and j["started_at"] is None]
     for other in never_ran[:3]:  # blank where a job never ran
         assert now_text(f"#jobs-table td.goodput[data-job-id='{other}']") == ""
-    browser.screenshot(tmp_path / "jobs-goodput.png")
+    browser.screenshot(SHOTS / "jobs-goodput.png")
     clean(browser, server)
 
     d.get(server.url + "/cluster")
@@ -489,5 +542,5 @@ def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, brow
     assert len(shown) == 12 and shown[-1] != ""  # the job just ran: the last bucket held workers
     assert any(b["goodput"] for b in history["buckets"])
     assert "Goodput over the window" in text_of(browser, "#goodput-history .chart-note")
-    browser.screenshot(tmp_path / "cluster-goodput.png")
+    browser.screenshot(SHOTS / "cluster-goodput.png")
     clean(browser, server)

@@ -95,7 +95,7 @@ def engine_logits(server: Server, job: dict, tokens: torch.Tensor) -> torch.Tens
     from checkpoints import CheckpointTarget
     from tests.checkpoints.ckpt_harness import init_single_rank
     from workers.engine.trainer import Trainer
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     target = CheckpointTarget(root=f"file://{server.data_dir}/storage", tenant="admin",
                               job=job["id"], secret=SECRET)
@@ -144,8 +144,14 @@ def test_finetune_hf(server, tmp_path):
     assert (theirs - engine_logits(server, job, tokens)).abs().max() <= 1e-5
     assert (theirs - before).abs().max() > 1e-2
     assert "uploaded tiny-llama/model.safetensors" in ran.stdout
+    # What the example says to expect: `def ` and then spaces (30 steps of a tiny model learn
+    # the corpus's commonest bytes, its indentation), as many as the tokens it was asked for.
     generated = ran.stdout[ran.stdout.rindex("\ndef ") + 1:]
+    print(f"the pipeline printed {generated!r}")  # pytest -s
     assert len(generated.encode()) > len("def ") + 10, ran.stdout
+    continuation = generated[len("def "):]
+    assert sum(c.isspace() for c in continuation) >= 0.8 * len(continuation), generated
+    assert "`def ` followed by spaces" in (EXAMPLES / "finetune-hf.yaml").read_text()
 
 
 # -- docs/examples/lora-hf.yaml ---------------------------------------------------------------

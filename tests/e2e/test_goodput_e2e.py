@@ -17,7 +17,7 @@ from datetime import datetime
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from tests.e2e.serve_harness import KEY, Server, spec
 
 pytestmark = pytest.mark.timeout(600)
@@ -61,13 +61,15 @@ def test_a_killed_preempted_and_suspended_job_shows_each_phase_and_keeps_them_ac
     job = server.submit(tiny(1_000_000, 2, priority=1,
                              checkpoint={"every_steps": 5, "keep_last": 2, "async": True}))
     jid = job["id"]
-    # A rank killed a few steps after a committed checkpoint: those steps are lost.
+    # A rank killed a few steps after a committed checkpoint: the steps since its
+    # in-memory snapshot are lost.
     running = server.wait(jid, lambda j: j["state"] == "RUNNING" and j["latest_checkpoint"]
                           and j["step"] >= j["latest_checkpoint"]["step"] + 3
                           and server.get(f"/v1/jobs/{jid}/workers"))
     pid = server.get(f"/v1/jobs/{jid}/workers")[1]["pid"]
     os.kill(pid, signal.SIGKILL)
-    server.wait(jid, lambda j: j["restarts"] == 1 and j["state"] == "RUNNING"
+    # Replaced in place (recovery in place, the default): the same attempt goes on.
+    server.wait(jid, lambda j: j["recoveries"] == 1 and j["state"] == "RUNNING"
                 and j["step"] > running["step"] + 3)
 
     # Preempted by a job of higher priority that needs the whole cluster: queued meanwhile.

@@ -24,7 +24,7 @@ from checkpoints import CheckpointTarget
 from tests.checkpoints.ckpt_harness import init_single_rank
 from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.workers.hf_ranks import MODEL, hf_llama, hf_tokenizer, tokens
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 pytestmark = pytest.mark.timeout(600)
 SECRET = "e2e-secret-0123456789abcdef"  # the harness's BRIGADE_SECRET

@@ -30,17 +30,20 @@ def cluster():
         yield nodes
     finally:
         nodes.stop()
-    assert nodes.leftovers() == [], "Ray processes outlived the cluster"
+    left = nodes.leftovers(within_s=30)
+    assert left == [], f"Ray processes outlived the cluster: {left}"
 
 
 # -- the test -------------------------------------------------------------------
 
 STEPS = 30
-CHECKPOINT = {"every_steps": 5, "keep_last": 2}
+# No in-memory snapshots: the lost node's rank is not replaced in place, the job
+# restarts smaller from disk, the elastic path this module proves.
+CHECKPOINT = {"every_steps": 5, "keep_last": 2, "memory_every_steps": 0}
 REFERENCE = """\
 import json, sys
 from workers.engine.local import run_single_process
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 rows = run_single_process(JobSpec.model_validate(json.loads(sys.argv[1])))
 print(json.dumps({r["step"]: r["loss"] for r in rows}))
 """

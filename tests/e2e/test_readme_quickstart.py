@@ -71,7 +71,7 @@ def test_the_readme_quick_start_runs_as_written(server, tmp_path):
 
     # The prepare job and the training job are followed to their ends; the list shows both finished.
     prepared = next(ran for line, ran in said if " data prepare " in line)
-    submitted = next(ran for line, ran in said if " submit -f " in line)
+    submitted = next(ran for line, ran in said if " submit -F " in line)
     listing = next(ran.stdout for line, ran in said if line.split("#")[0].rstrip().endswith(" jobs"))
     for ran in (prepared, submitted):
         job_id = ran.stdout.split()[0]
@@ -90,3 +90,28 @@ def test_the_readme_quick_start_runs_as_written(server, tmp_path):
     assert lr[1] < lr[4] == lr[31] == pytest.approx(0.003) and lr[32] < 0.003 and lr[40] < lr[35]
     assert [row["step"] for row in rows if row.get("eval_loss") is not None] == [10, 20, 30, 40]
     assert rows[-1]["loss"] < rows[0]["loss"] - 1.0, (rows[0]["loss"], rows[-1]["loss"])
+
+
+def test_the_readme_opens_with_the_two_commands_and_ci_runs_its_test_command():
+    """`make serve` and `make test` are the README's first commands, before its quick start;
+    `.ci/run` runs that test command as it is written there."""
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"```sh\n(.*?)```", readme, re.DOTALL)
+    assert first and readme.index(first.group(0)) < readme.index(MARKER)
+    commands = [line.split("#")[0].strip() for line in first.group(1).splitlines()]
+    assert commands == ["make serve", "make test"], commands
+    ci = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "make test" in ci
+
+
+def test_every_relative_link_of_the_readme_and_docs_names_a_file_there():
+    """The reference moved from the README into docs/: every link between them still lands."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # a URL, or a place on the same page
+            if not (page.parent / target.split("#")[0]).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == [], broken

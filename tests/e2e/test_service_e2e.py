@@ -128,9 +128,10 @@ def test_cancelling_a_running_job_releases_its_workers(server):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert server.get(f"/v1/jobs/{job['id']}/workers") == []
-    for rank in ranks:  # the rank processes are gone
+    for rank in ranks:  # the rank processes are gone (within 30 s: on a loaded machine a killed
+        # actor's process can take seconds to exit)
         with pytest.raises(ProcessLookupError):
-            for _ in range(50):
+            for _ in range(150):
                 os.kill(rank["pid"], 0)
                 time.sleep(0.2)
     # Cancel is idempotent: again, the job as it is; a cancelled job cannot be suspended (409).

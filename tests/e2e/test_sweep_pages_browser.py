@@ -15,6 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.ci import in_ci
@@ -24,7 +25,7 @@ WHY_NOT = available()
 if WHY_NOT and not in_ci():
     pytest.skip(f"no browser here: {WHY_NOT}", allow_module_level=True)
 
-from api.app import create_app  # noqa: E402
+from api.server.app import create_app  # noqa: E402
 from service.states import JobState as S  # noqa: E402
 from tests.api.conftest import ADMIN_KEY, make_supervisor  # noqa: E402
 from tests.api.live_server import LiveServer  # noqa: E402
@@ -34,7 +35,9 @@ from tests.e2e.test_dashboard_browser import (  # noqa: E402
     clean,
     sign_in,
     text_of,
+    told_apart,
     wait_for,
+    y_ticks,
 )
 
 DOCS_UI = Path(__file__).resolve().parents[2] / "docs" / "ui"
@@ -46,19 +49,26 @@ SWEEP = {"name": "lr-grid", "base": BASE, "sampler": "grid", "max_trials": 5, "m
          "space": {"train.lr": {"grid": [0.0003, 0.001, 0.003, 0.01, 0.3]},
                    "model.n_heads": {"choice": [2, 4, 3]}},
          "objective": {"metric": "eval_loss", "mode": "min"}, "pruner": "asha",
-         "pruner_options": {"min_steps": 10}}
+         "pruner_options": {"min_steps": 10}, "labels": {"study": "lr-grid"}}
 # (lr, heads, how fast its loss falls, the step it was pruned at or None); the last trial's
 # point was refused (3 heads do not divide d_model 32): no job, no objective
 TRIALS = [(0.003, 2, 0.050, None), (0.0003, 4, 0.012, None), (0.01, 2, 0.080, None),
           (0.3, 4, 0.002, 20), (0.001, 3, 0.030, None)]
 
 
+MIB = 1 << 20
+
+
 def _curve(rate: float, steps: int) -> list[dict]:
-    """Made-up but plausible rows: a loss falling at `rate` to a floor, an eval loss every 10 steps."""
+    """Made-up but plausible rows: a loss falling at `rate` to a floor, an eval loss every 10
+    steps; the bytes moved a step, its theory, the memory and tokens/s nearly flat, as a
+    small job's are (a tick a tenth of a MiB apart read 1.5, 1.4, 1.4 MiB)."""
     rows = []
     for step in range(1, steps + 1):
         loss = 1.8 + 3.7 * math.exp(-rate * step) + 0.04 * math.sin(step * 1.7)
-        row = {"step": step, "loss": loss}
+        row = {"step": step, "loss": loss, "comm_bytes": int(1.452 * MIB) + 400 * (step % 3),
+               "comm_bytes_theory": int(1.4385 * MIB), "tokens_per_s": 12345.0 + step % 4,
+               "peak_mem_bytes": 700 * MIB + 3000 * step, "mem_theory_bytes": 690 * MIB}
         if step % 10 == 0:
             row["eval_loss"] = loss + 0.12
         rows.append(row)
@@ -68,8 +78,8 @@ def _curve(rate: float, steps: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(the live server, the sweep's id, the trials' job ids by number, {tenant: key})."""
-    from workers.spec import JobSpec
-    from workers.spec.sweep import SweepSpec, trial_spec
+    from workers.schema import JobSpec
+    from workers.schema.sweep import SweepSpec, trial_spec
 
     supervisor = make_supervisor(tmp_path_factory.mktemp("sweep-browser"))
     store = supervisor.store
@@ -82,16 +92,18 @@ def served(tmp_path_factory):
         store.sweeps.add_trial(sweep.id, number, params)
         job, _ = store.create_job(tenant="team-a", name=f"lr-grid-t{number}", sweep=sweep.id,
                                   spec=trial_spec(spec, params, number))
-        rows = _curve(rate, pruned_at or 60)
+        # a pruned trial's ranks were two steps past the step it was judged at when told to stop
+        rows = _curve(rate, pruned_at + 2 if pruned_at else 60)
         store.record_metrics(job.id, 1, rows)
+        store.update_job(job.id, latest_loss=rows[-1]["loss"])
         for to in (S.STARTING, S.RUNNING):
             store.transition(job.id, to, reason="made by the test")
         if pruned_at:
             store.transition(job.id, S.PRUNING, reason=f"pruned at step {pruned_at}: asha")
-            store.transition(job.id, S.PRUNED, reason="pruned", step=pruned_at)
+            store.transition(job.id, S.PRUNED, reason="pruned", step=pruned_at + 2)
         else:
             store.transition(job.id, S.SUCCEEDED, reason="all steps done", step=60)
-        last_eval = [r["eval_loss"] for r in rows if "eval_loss" in r][-1]
+        last_eval = [r["eval_loss"] for r in rows if "eval_loss" in r and r["step"] <= (pruned_at or 60)][-1]
         store.sweeps.update_trial(sweep.id, number, job_id=job.id, objective=last_eval,
                                   state="PRUNED" if pruned_at else "SUCCEEDED", pruned_step=pruned_at)
         jobs[number] = job.id
@@ -109,7 +121,7 @@ def served(tmp_path_factory):
 
 
 def _sweep_state(name: str):
-    from service.store.sweep_records import SweepState
+    from service.states import SweepState
 
     return SweepState(name)
 
@@ -165,6 +177,7 @@ def test_the_sweep_page_sorts_by_objective_and_marks_the_pruned_trial(served, br
     d.find_element(By.CSS_SELECTOR, f"#sweeps-table tr[data-sweep-id='{sweep_id}'] a").click()
     wait_for("the trials drawn", lambda: d.find_elements(By.CSS_SELECTOR, "#chart-objective g.pt"))
     assert _trial_order(browser) == [0, 1, 2, 3, 4]  # by number at first
+    assert text_of(browser, "#sweep-labels").replace("\n", "") == "studylr-grid"  # what its trials carry
     objectives = browser.driver.execute_script(
         "return Object.fromEntries([...document.querySelectorAll('#trials tbody tr[data-number]')]"
         ".map(r => [r.dataset.number, r.dataset.objective === '' ? null : Number(r.dataset.objective)]));")
@@ -183,6 +196,11 @@ def test_the_sweep_page_sorts_by_objective_and_marks_the_pruned_trial(served, br
     assert all(n in ticks for n in "234"), ticks  # a choice's values side by side
     assert "pruned" in d.find_element(By.CSS_SELECTOR, "#trials tr[data-number='3']").get_attribute("class")
     assert text_of(browser, "#trials tr[data-number='3'] .pruned-at") == "at step 20"
+    # its objective (the eval loss at step 20, judged) and its job's last loss (step 22), each named
+    assert text_of(browser, "#trials th[data-sort='objective']") == "Objective: eval_loss"
+    pruned_rows = _curve(TRIALS[3][2], 22)
+    assert text_of(browser, "#trials tr[data-number='3'] .objective") == f"{pruned_rows[19]['eval_loss']:.4f}"
+    assert text_of(browser, "#trials tr[data-number='3'] .last-loss") == f"{pruned_rows[21]['loss']:.4f}"
     assert "PRUNED" in text_of(browser, "#trials tr[data-number='3']")
     assert "must be divisible" in text_of(browser, "#trials tr[data-number='4'] .note")
     # one chart a parameter; the best (finished) trials' curves overlaid, best first
@@ -192,12 +210,56 @@ def test_the_sweep_page_sorts_by_objective_and_marks_the_pruned_trial(served, br
     wait_for("the best curves", lambda: len(_series(browser, "#chart-best")) == 3)
     assert _series(browser, "#chart-best") == [jobs[int(n)] for n in ranked if int(n) != 3]
     assert text_of(browser, "#sweep-best").startswith(f"Best: trial {ranked[0]}, eval_loss")
+    # every trial across its parameters, a line each (the pruned one dashed, the refused one
+    # without an objective grey); each parameter's importance from the three finished trials
+    lines = d.find_elements(By.CSS_SELECTOR, "#chart-parallel polyline.pc-line")
+    assert sorted(int(line.get_attribute("data-number")) for line in lines) == [0, 1, 2, 3, 4]
+    classes = {int(line.get_attribute("data-number")): line.get_attribute("class") for line in lines}
+    assert "pc-pruned" in classes[3] and "pc-none" in classes[4] and "pc-best" in classes[int(ranked[0])]
+    assert "eval_loss (min)" in text_of(browser, "#chart-parallel svg")
+    wait_for("the importance", lambda: d.find_elements(By.CSS_SELECTOR, "#chart-importance g.imp-row"))
+    shares = d.execute_script("return Object.fromEntries([...document.querySelectorAll("
+                              "'#chart-importance g.imp-row')].map(g => [g.dataset.param, Number(g.dataset.share)]));")
+    assert set(shares) == {"train.lr", "model.n_heads"} and abs(sum(shares.values()) - 1) < 1e-3, shares
+    assert "3 finished trials" in text_of(browser, "#chart-importance figcaption")
     d.find_element(By.CSS_SELECTOR, "th[data-sort='objective'] button").click()  # the best first again
     _shot(browser, "sweep.png")
 
     def fits() -> None:  # nothing but the trials' table scrolls sideways
         assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
     at_phone_width(browser, fits)
+    clean(browser, live)
+
+
+def _text_px(browser: Browser, css: str) -> list[float]:
+    """The size each SVG text `css` matches is drawn at, in CSS pixels: its font size
+    times its drawing's scale on the screen."""
+    return browser.driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(t =>"
+        " parseFloat(getComputedStyle(t).fontSize) * Math.hypot(t.getScreenCTM().a, t.getScreenCTM().b));",
+        css)  # (a rotated text's scale is in both: the y axis's title)
+
+
+def test_the_parameter_plots_text_is_the_stylesheets_size_at_1280_px_and_phone_width(served, browser):
+    """Each parameter's plot is drawn at the width it is shown at: its tick labels 11 px and
+    axis titles 12 px, as the stylesheet says (scaled down from a fixed width, three columns
+    at 1280 px drew them smaller)."""
+    live, sweep_id, _, _ = served
+    d = browser.driver
+    d.get(live.url + f"/sweeps/{sweep_id}")
+    wait_for("the parameter plots", lambda: len(_text_px(browser, "#params text.x-tick")) > 3)
+
+    def readable() -> None:
+        wait_for("a drawing at this width", lambda: d.execute_script(
+            "return [...document.querySelectorAll('#params figure svg')].every(s =>"
+            " Math.abs(s.viewBox.baseVal.width - s.getBoundingClientRect().width) < 1.5);"))
+        for css, px in (("#params text.axis-label:not(.axis-title)", 11), ("#params text.axis-title", 12)):
+            sizes = _text_px(browser, css)
+            assert sizes and all(abs(size - px) < 0.5 for size in sizes), (css, sizes)
+        ticks = y_ticks(browser, "#params figure")
+        assert set(ticks) == {"train.lr", "model.n_heads"}, ticks
+        assert all(labels and told_apart(labels) for labels in ticks.values()), ticks
+    at_phone_width(browser, readable)
     clean(browser, live)
 
 
@@ -216,7 +278,47 @@ def test_trials_ticked_on_the_sweep_page_open_overlaid_in_the_compare_view(serve
         assert sorted(_series(browser, chart)) == sorted(picked)
     legend = text_of(browser, "#chart-loss .legend")
     assert all(f"lr-grid-t{n}" in legend for n in (0, 1, 3)), legend
+    # where their specs differ, above the curves: the two sampled fields, each trial's value
+    fields = [r.get_attribute("data-field") for r in d.find_elements(By.CSS_SELECTOR, "#spec-diff tbody tr")]
+    assert sorted(fields) == ["model.n_heads", "train.lr"], fields
+    lr_row = [c.text for c in d.find_elements(By.CSS_SELECTOR, "#spec-diff tr[data-field='train.lr'] td")]
+    assert lr_row == [str(TRIALS[n][0]) for n in (0, 1, 3)], lr_row
+    assert d.execute_script("return document.getElementById('spec-diff').getBoundingClientRect().top"
+                            " < document.getElementById('chart-loss').getBoundingClientRect().top")
     _shot(browser, "compare.png")
+    clean(browser, live)
+
+
+def test_nearly_flat_series_tick_labels_tell_their_ticks_apart(served, browser):
+    """A trial's page: its bytes moved a step (1.452 MiB, give or take 800 bytes, against a
+    theory of 1.4385), memory and tokens/s nearly flat; every chart's value axis labels
+    each tick with its own text and its true value. And the chart itself, given the very
+    series that drew 1.5, 1.4, 1.4 MiB."""
+    from selenium.webdriver.common.by import By
+
+    live, _, jobs, _ = served
+    d = browser.driver
+    d.get(live.url + f"/jobs/{jobs[0]}")
+    wait_for("the bytes chart", lambda: d.find_elements(By.CSS_SELECTOR, "#chart-comm polyline"))
+    ticks = y_ticks(browser, "figure.chart")
+    assert {"chart-loss", "chart-throughput", "chart-memory", "chart-comm"} <= set(ticks), ticks
+    for name, labels in ticks.items():
+        assert len(labels) >= 2 and told_apart(labels), (name, labels)
+    assert all(label.endswith(" MiB") for label in ticks["chart-comm"]), ticks["chart-comm"]
+
+    def drawn(values: list[float]) -> list[str]:
+        """The value axis's labels of a bytes chart drawn, on this page, over `values`."""
+        return d.execute_script(
+            "const f = document.createElement('figure'); f.className = 'chart'; document.body.append(f);"
+            "Chart.draw(f, 'bytes', [{name: 'm', key: 'm', cls: 'c6', data: {step: arguments[0].map("
+            " (v, i) => i + 1), value: arguments[0]}}], [], Brigade.bytes, {base: 1024});"
+            "const said = [...f.querySelectorAll('text.y-tick')].map(t => t.textContent);"
+            "f.remove(); return said;", values)
+
+    flat = drawn([1.45 * MIB, 1.46 * MIB, 1.455 * MIB])
+    assert len(flat) >= 3 and told_apart(flat) and flat[0] == "1.450 MiB", flat
+    assert drawn([0, 0, 0]) == ["0 B", "1 B"]  # a flat zero: whole bytes, none below it
+    _shot(browser, "job-flat-series.png")
     clean(browser, live)
 
 
@@ -240,6 +342,40 @@ def test_the_jobs_list_ticks_jobs_into_the_compare_view(served, browser):
     d.find_element(By.ID, "compare").click()
     wait_for("the compare view", lambda: "/compare?jobs=" in d.current_url)
     wait_for("two curves", lambda: len(_series(browser, "#chart-loss")) == 2)
+    clean(browser, live)
+
+
+def test_a_trials_labels_are_shown_edited_on_its_page_and_filter_the_jobs_list(served, browser):
+    from selenium.webdriver.common.by import By
+
+    live, _, jobs, _ = served
+    d = browser.driver
+    d.get(live.url + f"/jobs/{jobs[1]}")
+    wait_for("the inherited label", lambda: "study\nlr-grid" in text_of(browser, "#job-labels")
+             or "studylr-grid" in text_of(browser, "#job-labels").replace("\n", ""))
+    d.find_element(By.CSS_SELECTOR, "#edit-labels summary").click()
+    labels = d.find_element(By.ID, "labels-input")
+    assert labels.get_attribute("value") == "study=lr-grid"
+    labels.clear()
+    labels.send_keys("study=lr-grid\nverdict=too slow")
+    d.find_element(By.ID, "note-input").send_keys("Converges, but 4x slower than t0.\nKeep as a baseline.")
+    d.find_element(By.ID, "save-labels").click()
+    wait_for("saved", lambda: text_of(browser, "#labels-result") == "saved")
+    job = httpx.get(f"{live.url}/v1/jobs/{jobs[1]}", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                    timeout=10).json()
+    assert job["labels"] == {"study": "lr-grid", "verdict": "too slow"}
+    assert job["note"] == "Converges, but 4x slower than t0.\nKeep as a baseline."
+    assert "Keep as a baseline." in text_of(browser, "#job-note")
+    assert len(d.find_elements(By.CSS_SELECTOR, "#job-labels a.label-chip")) == 2
+    _shot(browser, "job-labels.png")
+
+    d.find_element(By.CSS_SELECTOR, "#job-labels a.label-chip[href*='verdict']").click()
+    wait_for("the filtered list", lambda: [r.get_attribute("data-job-id") for r in d.find_elements(
+        By.CSS_SELECTOR, "#jobs-table tbody tr[data-job-id]")] == [jobs[1]])
+    assert d.find_element(By.ID, "label-filter").get_attribute("value") == "verdict=too slow"
+    d.get(live.url + "/?label=study%3Dlr-grid")
+    wait_for("the sweep's trials", lambda: len(d.find_elements(
+        By.CSS_SELECTOR, "#jobs-table tbody tr[data-job-id]")) == 4)
     clean(browser, live)
 
 

@@ -15,7 +15,7 @@ from tests.ci import skip_or_fail
 from tests.postgres import maybe_database
 
 STORE_TABLES = ("job_logs", "job_metrics", "job_events", "jobs", "job_changes", "tenants",
-                "audit_events", "sweep_trials", "sweeps")
+                "audit_events", "sweep_trials", "sweeps", "leader_lease")
 
 
 @pytest.fixture(scope="session")

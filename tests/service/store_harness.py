@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from service.store import JobRecord
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SPEC = JobSpec.model_validate(
     {"model": {"n_layers": 2}, "train": {"steps": 10}, "workers": {"min": 1, "max": 4}})

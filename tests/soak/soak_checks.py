@@ -42,7 +42,8 @@ def check_final(job: dict, plan: JobPlan) -> list[str]:
     """SUCCEEDED at its last step, or FAILED for the cause the soak injected on purpose."""
     where = f"job {job['id']} ({job['name']})"
     if plan.bad_data:
-        if job["state"] != "FAILED" or "IsADirectoryError" not in (job["error"] or ""):
+        if job["state"] != "FAILED" or "DataError" not in (job["error"] or "") \
+                or "not restarted" not in job["error"]:
             return [f"{where}: meant to fail on its bad data, ended {job['state']}: {job['error']}"]
         return []
     if job["state"] != "SUCCEEDED":
@@ -110,15 +111,34 @@ def check_losses(job: dict, plan: JobPlan, rows: list[dict],
 
 
 INTERRUPTED = {"RESTARTING": "restart", "PREEMPTING": "preemption"}
+RECOVERY = "recovery"  # an event's kind: ranks lost from a running group (service/store/recovery_event.py)
+
+
+def is_recovery(event: dict) -> bool:
+    """An event of kind "recovery" whose detail says in place or not."""
+    return (event.get("kind") == RECOVERY and isinstance(event.get("detail"), dict)
+            and isinstance(event["detail"].get("in_place"), bool))
+
+
+def recovery_events(events: list[dict]) -> list[dict]:
+    """The job's recovery events, in order."""
+    return [e for e in events if is_recovery(e)]
 
 
 def interruptions(events: list[dict]) -> list[tuple[str, float]]:
-    """(kind, seconds) of each time the job was interrupted (it entered
-    RESTARTING or PREEMPTING) and RUNNING again after, from its events. The
-    rows' `recovery_s` is on an attempt's first new row only, and a tiny job
-    resumed after its last recorded step has none: the events see them all."""
+    """(kind, seconds) of each time the job was interrupted, from its events:
+    it entered RESTARTING or PREEMPTING and was RUNNING again after (the
+    seconds between), or a rank was lost and recovered in place ("recovery":
+    the recovery's own `seconds`, the job RUNNING throughout). A recovery that
+    fell back is the restart that follows it. The rows' `recovery_s` is on an
+    attempt's first new row only, and a tiny job resumed after its last
+    recorded step has none: the events see them all."""
     out = []
     for i, event in enumerate(events):
+        if is_recovery(event):
+            if event["detail"]["in_place"]:
+                out.append((RECOVERY, float(event["detail"].get("seconds") or 0.0)))
+            continue
         kind = INTERRUPTED.get(event["to_state"])
         if kind is None or event["from_state"] == event["to_state"]:
             continue
@@ -129,14 +149,44 @@ def interruptions(events: list[dict]) -> list[tuple[str, float]]:
     return out
 
 
+def check_recoveries(job: dict, events: list[dict]) -> list[str]:
+    """The job's `recoveries` (GET /v1/jobs/{id}) counts its events of a
+    recovery in place, each of which names the snapshot's step it went on
+    from; a recovery that fell back is followed by a state change (the
+    restart), not by more training in the same attempt."""
+    where = f"job {job['id']}"
+    found = recovery_events(events)
+    in_place = [e for e in found if e["detail"]["in_place"]]
+    problems = []
+    if job.get("recoveries", 0) != len(in_place):
+        problems.append(f"{where}: recoveries {job.get('recoveries')}, but {len(in_place)} events of "
+                        "a recovery in place")
+    for e in in_place:
+        d = e["detail"]
+        if not isinstance(d.get("to_step"), int):
+            problems.append(f"{where}: event {e['id']}: a recovery in place from step "
+                            f"{d.get('from_step')} names no snapshot step: {d}")
+    for e in (e for e in found if not e["detail"]["in_place"]):
+        after = events[events.index(e) + 1:]
+        if not any(x["to_state"] != x["from_state"] for x in after):
+            problems.append(f"{where}: event {e['id']}: a recovery fell back and the job never left "
+                            f"{e['to_state']} after it: {e.get('reason', '')}")
+    return problems
+
+
 def _at(event: dict) -> datetime:
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00"))
 
 
 def report(jobs: list[dict], plans: dict[str, JobPlan], rows: dict[str, list[dict]],
            faults: list[dict], seconds: float, events: dict[str, list[dict]] | None = None) -> dict:
-    """Jobs, faults injected, recoveries (count, median and max time), lost steps."""
-    back = [x for job_events in (events or {}).values() for x in interruptions(job_events)]
+    """Jobs, faults injected, restarts and recoveries in place (and the ones
+    that fell back to a restart), recoveries (count, median and max time),
+    lost steps."""
+    events = events or {}
+    back = [x for job_events in events.values() for x in interruptions(job_events)]
+    recovered = [e["detail"] for i, job_events in events.items() if i in plans
+                 for e in recovery_events(job_events)]
     back_s = [s for _, s in back]
     recoveries = [r for job_rows in rows.values() for r in job_rows if r.get("recovered_from")]
     times = [r["recovery_s"] for r in recoveries if r.get("recovery_s") is not None]
@@ -152,6 +202,11 @@ def report(jobs: list[dict], plans: dict[str, JobPlan], rows: dict[str, list[dic
         "faults_skipped": [f for f in faults if "skipped" in f],
         "restarts": sum(j["restarts"] for j in jobs if j["id"] in plans),
         "preemptions": sum(j["preemptions"] for j in jobs if j["id"] in plans),
+        # the jobs' counter; the recovery events that fell back (their restarts are counted above)
+        "recoveries_in_place": sum(j.get("recoveries", 0) for j in jobs if j["id"] in plans),
+        "recoveries_fallback": sum(1 for d in recovered if not d["in_place"]),
+        "recovery_in_place_s_max": round(max((d.get("seconds") or 0.0 for d in recovered
+                                              if d["in_place"]), default=0.0), 2),
         "recoveries": dict(sorted(Counter(r["recovered_from"] for r in recoveries).items())),
         "recovery_s_median": round(statistics.median(times), 2) if times else None,
         "recovery_s_max": round(max(times), 2) if times else None,

@@ -25,6 +25,7 @@ import contextlib
 import json
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from tests.chaos.chaos_harness import ENV, RayProbe, alive, tmpfs
 from tests.e2e.replica_harness import Replicas, ray_head
 from tests.postgres import fresh_database
 from tests.e2e.serve_harness import KEY, TERMINAL, Server
-from tests.soak.soak_checks import check_events, check_final, check_losses, check_rows, report
+from tests.soak.soak_checks import (check_events, check_final, check_losses, check_recoveries,
+                                    check_rows, report)
 from tests.soak.soak_client import SoakClient
 from tests.soak.soak_goodput import RANK_SIGNALS, check_goodput, cluster_goodput, cost_by_kind, fault_costs
 from tests.soak.soak_plan import TENANTS, SoakPlan, job_spec
@@ -51,6 +53,7 @@ SOAK_ENV = {
 }
 RANK_POOL_SIZE = int(SOAK_ENV["BRIGADE_RANK_POOL_SIZE"])  # idle warm ranks it keeps
 REFERENCE_PRIORITY = 1000  # the admin's reference runs: never preempted
+STORIES, STORY_LINES = 5, 40  # jobs a check failed on told in full (events, log), lines of log each
 
 
 @dataclass
@@ -59,12 +62,13 @@ class SoakResult:
     report: dict
     problems: list[str] = field(default_factory=list)
     log_tail: str = ""
+    stories: str = ""  # the first jobs a check failed on: their events and log
 
     def explain(self) -> str:
         shown = "\n".join(f"- {p}" for p in self.problems[:60])
         more = f"\n... and {len(self.problems) - 60} more" if len(self.problems) > 60 else ""
         return (f"{len(self.problems)} problems:\n{shown}{more}\nreport: "
-                f"{json.dumps(self.report, indent=1, default=str)}\n{self.log_tail}")
+                f"{json.dumps(self.report, indent=1, default=str)}\n{self.stories}\n{self.log_tail}")
 
 
 def run_soak(plan: SoakPlan, data_dir: Path, *, say=print) -> SoakResult:
@@ -236,21 +240,27 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
             problems.append(f"reference {ref['name']} was not an uninterrupted success: {ref}")
         references.setdefault(config, {})[ws] = {r["step"]: r["loss"] for r in rows[ref_id]}
     events: dict[str, list[dict]] = {}
+    stories: list[str] = []  # of the jobs a check failed on: their events and log
     for job_id, job_plan in obs.submitted.items():
         job = by_id.get(job_id)
         if job is None:
             continue
         events[job_id] = admin.get(f"/v1/jobs/{job_id}/events")
-        problems += check_final(job, job_plan)
-        problems += check_events(job, events[job_id])
-        problems += check_rows(job, job_plan, rows[job_id])
-        problems += check_losses(job, job_plan, rows[job_id], references.get(job_plan.config, {}))
+        found = (check_final(job, job_plan) + check_events(job, events[job_id])
+                 + check_recoveries(job, events[job_id]) + check_rows(job, job_plan, rows[job_id])
+                 + check_losses(job, job_plan, rows[job_id], references.get(job_plan.config, {})))
+        if found and len(stories) < STORIES:
+            stories.append(_story(admin, job, events[job_id]))
+        problems += found
     problems += _leftovers(probe, obs)
     faults = obs.faults
     summary = report(jobs, obs.submitted, {i: rows[i] for i in obs.submitted}, faults, seconds, events)
     problems += _price_faults(summary, admin, obs, by_id, events, rows, seconds)
     summary["quota_samples"], summary["ray_samples"] = obs.quota_samples, obs.ray_samples
     summary["pooled_ranks_seen"] = obs.pooled_ranks_seen
+    # how often a job that a SIGKILL aimed at recovery in place could hit was running
+    summary["in_place_candidates"] = {"jobs": len(obs.in_place_candidates),
+                                      "samples": obs.samples_with_one}
     summary["references"] = len(obs.references)
     summary["reference_runs"] = len(obs.reference_runs)
     summary["peak_held"] = {t: {"workers": w, "jobs": n} for t, (w, n) in sorted(obs.peak.items())}
@@ -262,7 +272,17 @@ def _check(plan: SoakPlan, admin: SoakClient, obs: Observations, probe: RayProbe
     if RANK_POOL_SIZE and not obs.pooled_ranks_seen:
         problems.append("the Ray sampler tied no warm (pooled) rank to a job: its per-job and "
                         "per-tenant counts missed the ranks that came from the pool")
-    return SoakResult(plan, summary, problems)
+    return SoakResult(plan, summary, problems, stories="\n".join(stories))
+
+
+def _story(admin: SoakClient, job: dict, events: list[dict]) -> str:
+    """A job a check failed on: its events and the last STORY_LINES lines of its log."""
+    lines = [f"{line['time']} {line['line'][:400]}"
+             for line in admin.get(f"/v1/jobs/{job['id']}/logs", limit=1000)]
+    return (f"job {job['id']} ({job['name']}, {job['state']}, restarts {job['restarts']}, "
+            f"recoveries {job.get('recoveries')}):\n  events:\n    "
+            + "\n    ".join(_path(events)) + "\n  log:\n    "
+            + "\n    ".join(lines[-STORY_LINES:]))
 
 
 def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: dict[str, dict],
@@ -289,15 +309,42 @@ def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: di
         problems.append(f"the soak tenants' goodput in worker-seconds is {cluster['goodput']}, "
                         f"not within (0, 1): {cluster}")
     for f in priced:  # the running jobs went on through a leader's loss: none restarted for it
-        if f["kind"] == "leader_kill" and f["attempts_ended"]:
-            problems.append(f"a leader kill ended {f['attempts_ended']} attempts: {f}")
-    for kind in RANK_SIGNALS:  # what a signal that ended an attempt cost is never nothing
-        ending = [f["cost_s"] for f in priced if f["kind"] == kind and f["attempts_ended"]]
+        if f["kind"] == "leader_kill" and (f["attempts_ended"] or f["recovered_in_place"]):
+            problems.append(f"a leader kill ended {f['attempts_ended']} attempts and caused "
+                            f"{f['recovered_in_place']} recoveries in place: {f}")
+    # What explained each rank signal: a recovery in place, a fallback or a restart, a
+    # preemption (SIGTERM), or the job's end; a SIGKILL always costs its job a recovery.
+    signals = [f for f in priced if f["kind"] in RANK_SIGNALS]
+    summary["rank_signals_explained"] = {
+        kind: dict(sorted(Counter(str(f["explained_by"]) for f in signals if f["kind"] == kind).items()))
+        for kind in RANK_SIGNALS}
+    summary["sigkills"] = [  # each, in short: whom it hit, where, what it aimed at, what became of it
+        {"job": f["job"], "rank": f.get("rank"), "ranks": f.get("workers"),
+         "step": f"{f.get('step')}/{f.get('steps')}", "aim": f.get("aim"), "aimed": f.get("aimed"),
+         "aim_candidates": f.get("aim_candidates"), "deferred": f.get("deferred"),
+         "explained_by": f["explained_by"],
+         "cost_s": round(f["cost_s"], 2), **({"recovery": f["recovery"]} if "recovery" in f else {})}
+        for f in signals if f["kind"] == "sigkill"]
+    for f in signals:  # a SIGTERM may end nothing: its rank exits in its last step, the job ends
+        if f["kind"] == "sigkill" and f["explained_by"] is None:
+            problems.append(f"sigkill of rank {f.get('rank')} of job {f['job']} (at step "
+                            f"{f.get('step')} of {f.get('steps')}): no recovery, restart or "
+                            f"preemption followed it, nor had the job taken its last step: {f}; "
+                            f"its events: {_path(events.get(f['job'], []))}")
+    for kind in RANK_SIGNALS:  # what a signal that ended an attempt or was recovered cost is never nothing
+        ending = [f["cost_s"] for f in signals if f["kind"] == kind
+                  and (f["attempts_ended"] or f["recovered_in_place"])]
         if ending and not statistics.median(ending) > 0:
-            problems.append(f"{kind}: {len(ending)} ended an attempt and their median cost "
-                            f"(lost + recovering) is {statistics.median(ending)} s: "
+            problems.append(f"{kind}: {len(ending)} ended an attempt or were recovered in place and "
+                            f"their median cost (lost + recovering) is {statistics.median(ending)} s: "
                             f"{[f for f in priced if f['kind'] == kind]}")
     return problems
+
+
+def _path(events: list[dict]) -> list[str]:
+    """A job's events in short: time, state change (or note), kind and reason."""
+    return [f"{e['time']} {e['from_state']} -> {e['to_state']}"
+            + (f" [{e['kind']}]" if e.get("kind") else "") + f": {e.get('reason', '')}" for e in events]
 
 
 def _leftovers(probe: RayProbe, obs: Observations, within_s: float = 30) -> list[str]:

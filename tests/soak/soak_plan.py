@@ -26,12 +26,24 @@ CONFIGS: dict[str, tuple[int, int, int]] = {
 CONFIG_WEIGHTS = {"short": 6, "medium": 3, "long": 1}
 SIZES = (1, 2, {"min": 1, "max": 2})  # fixed 1, fixed 2, elastic
 # A fixed-size job is held bitwise to the reference of its (config, size), and a
-# reference run costs a soak its ranks' start-ups: fixed 2 is one config's only.
-FIXED_2_CONFIG = "short"
+# reference run costs a soak its ranks' start-ups: fixed 2 is one config's only. The
+# medium one's: a job of 2 ranks long enough to be killed past its first in-memory
+# snapshot and before its end (SNAPSHOT_BY_STEP), so that a recovery in place is held
+# bitwise to the uninterrupted curve, not within an elastic job's round-off only.
+FIXED_2_CONFIG = "medium"
 SIZE_WEIGHTS = (5, 2, 3)
 MAX_RESTARTS = 4  # a job is hit by at most MAX_HITS faults: chaos alone never exhausts this
 MAX_HITS = 2
 FAULT_KINDS = ("sigkill", "sigterm", "serve_restart", "leader_kill", "disk_full")
+# Recovery in place (on by default for a job of 2+ ranks) restores an in-memory snapshot,
+# and a run takes its first one once it has taken MEASURED_AFTER (3) steps and measured the
+# interval (workers/engine/snapshot.py): at step 3, or the next multiple of the interval,
+# sent to the rank's peer as training goes on. A SIGKILL aimed at recovery in place waits
+# until a run of 2+ ranks has recorded this step (a step past the first snapshot for an
+# interval up to 2, the one the tiny jobs measure; a snapshot of step 3 or 4 for 1 to 4)
+# and kills it short of its last step: before its first snapshot, the group restarts whole.
+SNAPSHOT_BY_STEP = 5
+AIMS = ("in_place", "restart")  # the SIGKILLs' in turn: what each is meant to exercise
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class JobPlan:
     config: str
     workers: int | dict
     priority: int
-    bad_data: bool = False  # a job that must fail: its data is a directory (an injected cause)
+    bad_data: bool = False  # a job that must fail: token ids past its vocabulary (an injected cause)
 
     @property
     def elastic(self) -> bool:
@@ -78,7 +90,7 @@ class JobPlan:
 def job_spec(config: str, name: str, workers, *, priority: int = 0,
              bad_data_uri: str | None = None) -> dict:
     layers, steps, every = CONFIGS[config]
-    data = {"source": "uri", "uri": bad_data_uri} if bad_data_uri else {"source": "builtin"}
+    data = {"source": "tokens", "uri": bad_data_uri} if bad_data_uri else {"source": "builtin"}
     return {
         "name": name,
         "workers": workers,
@@ -98,6 +110,9 @@ def job_spec(config: str, name: str, workers, *, priority: int = 0,
 class FaultPlan:
     kind: str  # one of FAULT_KINDS
     seed: int  # picks the victim (job, rank) among what runs when it fires
+    # A SIGKILL's: the victim it prefers (`aimed_victims`), "in_place" (a job a recovery in
+    # place can save) or "restart" (one of a rank, which only a whole-group restart can)
+    aim: str | None = None
 
 
 @dataclass
@@ -134,6 +149,9 @@ class SoakPlan:
                  + ["disk_full"] * self.disk_fills)
         rng.shuffle(kinds)
         self.fault_plans = [FaultPlan(k, rng.randrange(2**31)) for k in kinds]
+        sigkills = [i for i, f in enumerate(self.fault_plans) if f.kind == "sigkill"]
+        for n, i in enumerate(sigkills):  # in turn, the first in place: both paths each soak
+            self.fault_plans[i] = FaultPlan("sigkill", self.fault_plans[i].seed, AIMS[n % len(AIMS)])
 
     @staticmethod
     def _job(index: int, at_s: float, rng: random.Random, bad: bool) -> JobPlan:
@@ -170,3 +188,30 @@ def chaos_victims(running: list[dict], submitted: dict[str, JobPlan], references
     return [j for j in running
             if j["id"] in submitted and j["id"] not in references
             and not submitted[j["id"]].bad_data and hits.get(j["id"], 0) < MAX_HITS]
+
+
+def aimed_victims(victims: list[dict], aim: str | None) -> list[dict]:
+    """The running jobs a SIGKILL of `aim` prefers: "in_place", a job on 2+
+    ranks in its first run (no restart, preemption or recovery yet: a run's
+    step count, and so its first snapshot, starts where it resumed) that can
+    still be killed past SNAPSHOT_BY_STEP and two steps short of its end (the
+    kill lands before its last step does: `ripe` says when); "restart", a job
+    on one rank past its first step (recovery in place needs a peer to hold
+    the lost rank's copy: a lone rank's group restarts). None: any."""
+    if aim == "in_place":
+        return [j for j in victims if (j.get("workers") or 0) >= 2
+                and not (j.get("restarts") or j.get("preemptions") or j.get("recoveries"))
+                and j["step"] <= j["spec"]["train"]["steps"] - 2
+                and SNAPSHOT_BY_STEP <= j["spec"]["train"]["steps"] - 2]
+    if aim == "restart":
+        return [j for j in victims if j.get("workers") == 1 and j["step"] >= 1]
+    return victims
+
+
+def ripe(job: dict) -> bool | None:
+    """Whether a job `aimed_victims` chose for recovery in place is where the
+    SIGKILL should land (True), not there yet (False), or no longer one to
+    aim at (None: past the window, another size, restarted, not RUNNING)."""
+    if aimed_victims([job], "in_place") == [] or job.get("state", "RUNNING") != "RUNNING":
+        return None
+    return job["step"] >= SNAPSHOT_BY_STEP

@@ -19,16 +19,33 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.broken_data import write_out_of_vocabulary_dataset
 from tests.chaos.chaos_harness import RayProbe, free_bytes, kill_leader
 from tests.e2e.replica_harness import FAILOVER_S, Replicas
 from tests.e2e.serve_harness import Server
 from tests.soak.soak_checks import ranks_on_ray
 from tests.soak.soak_client import SoakClient
-from tests.soak.soak_plan import TENANTS, FaultPlan, JobPlan, SoakPlan, chaos_victims
+from tests.soak.soak_plan import (
+    TENANTS,
+    FaultPlan,
+    JobPlan,
+    SoakPlan,
+    aimed_victims,
+    chaos_victims,
+    ripe,
+)
 
 ACTIVE = "STARTING,RUNNING,SUSPENDING,PREEMPTING,RESTARTING,CANCELLING,PRUNING"
-POOL = "brigade-pool-"  # service/supervisor.py pool_prefix: warm ranks keep the pool's names
+POOL = "brigade-pool-"  # service/control/leader.py pool_prefix: warm ranks keep the pool's names
 SPACE_LEFT = 48 << 10  # what the filler leaves free: less than any rank's shard
+# A SIGKILL with an aim looks this long for a victim of it; one aimed at recovery in place
+# that found none goes after the next fault (the jobs of 2+ ranks that can be saved in place
+# come and go: a few in the soak, each a few seconds), at most DEFERS times, and on its last
+# try (or the schedule's) it looks for AIM_FOR_S, then takes any running job.
+TRY_S = 5.0
+DEFERS = 4
+AIM_FOR_S = 30.0
+FOLLOW_S = 0.05  # how often a job aimed at is read again, until its step is the one to kill at
 
 
 @dataclass
@@ -42,6 +59,8 @@ class Observations:
     quota_samples: int = 0
     ray_samples: int = 0
     pooled_ranks_seen: int = 0  # warm ranks the Ray sampler tied to a job (summed over its samples)
+    in_place_candidates: set[str] = field(default_factory=set)  # jobs a recovery in place could save
+    samples_with_one: int = 0  # quota samples that saw one such job running at least
     violations: list[str] = field(default_factory=list)  # what a sampler saw that must never be
     peak: dict[str, tuple[int, int]] = field(default_factory=dict)  # tenant -> (workers, jobs) seen
     faults: list[dict] = field(default_factory=list)  # one per injected fault
@@ -97,10 +116,9 @@ class Submitter(Loop):
         while self.todo and time.monotonic() - self.t0 >= self.todo[0].at_s:
             job = self.todo.pop(0)
             bad = None
-            if job.bad_data:  # a uri that exists but cannot be read as a file (a directory)
-                where = self.data_dir / "data-store" / "tenants" / job.tenant / "data" / f"dir-{job.index}"
-                where.mkdir(parents=True, exist_ok=True)
-                bad = f"file://{where}"
+            if job.bad_data:  # token ids past the vocabulary: past the submit checks, not the ranks
+                bad = write_out_of_vocabulary_dataset(
+                    self.data_dir / "data-store" / "tenants" / job.tenant / "data" / f"bad-{job.index}")
             made = self.clients[job.tenant].post("/v1/jobs", job.spec(bad),
                                                  idempotency_key=f"soak-{self.plan.seed}-{job.index}")
             with self.obs.lock:
@@ -134,6 +152,13 @@ class QuotaSampler(Loop):
                                    f"quota ({quota.max_workers} workers, {quota.max_running_jobs} jobs): "
                                    + ", ".join(f"{j['id']} {j['state']} x{j['workers']}"
                                                for j in active if j["tenant"] == tenant))
+        with self.obs.lock:
+            submitted = dict(self.obs.submitted)
+        candidates = {j["id"] for j in aimed_victims([j for j in active if j["state"] == "RUNNING"
+                                                      and j["id"] in submitted], "in_place")}
+        with self.obs.lock:
+            self.obs.in_place_candidates |= candidates
+            self.obs.samples_with_one += bool(candidates)
         for job in active:
             if job["state"] == "RUNNING":
                 pids = {w["pid"] for w in self.admin.get(f"/v1/jobs/{job['id']}/workers") if w["pid"]}
@@ -185,7 +210,9 @@ class RaySampler(Loop):
 class Chaos(Loop):
     """The planned faults, one every `fault_gap_s`: SIGKILL or SIGTERM to a
     random rank of a random running job (soak_plan.chaos_victims: never a
-    reference, a job that must fail, or one already hit MAX_HITS times),
+    reference, a job that must fail, or one already hit MAX_HITS times; a
+    SIGKILL's aim first, soak_plan.aimed_victims: in turn, a job that
+    recovery in place can save and one only a restart can),
     `brigade serve` SIGKILLed and started again, the leading replica SIGKILLed
     (where there are replicas: another must lead within FAILOVER_S, and the
     lost one starts again, a follower), the checkpoint disk (a tmpfs)
@@ -200,6 +227,7 @@ class Chaos(Loop):
         self.replicas = replicas
         self.todo = list(plan.fault_plans)
         self.hits: dict[str, int] = defaultdict(int)
+        self.deferred: dict[int, int] = defaultdict(int)  # id(fault plan) -> times put back
 
     def run(self) -> None:
         while not self.obs.references_final.wait(0.5):
@@ -212,7 +240,14 @@ class Chaos(Loop):
         fault = self.todo.pop(0)
         started = time.time()
         if fault.kind in ("sigkill", "sigterm"):
-            record = self._signal_a_rank(fault)
+            last = self.deferred[id(fault)] >= DEFERS or not self.todo
+            record = self._signal_a_rank(fault, aim_for_s=AIM_FOR_S if last else TRY_S, last=last)
+            if record is None:  # nothing of its aim now: after the next fault, again
+                self.deferred[id(fault)] += 1
+                self.todo.insert(1, fault)
+                return False
+            if fault.aim:
+                record["deferred"] = self.deferred[id(fault)]
         elif fault.kind == "serve_restart":
             record = self._restart_serve()
         elif fault.kind == "leader_kill":
@@ -228,15 +263,40 @@ class Chaos(Loop):
             submitted, references = dict(self.obs.submitted), set(self.obs.reference_runs)
         return chaos_victims(self.admin.jobs("RUNNING"), submitted, references, self.hits)
 
-    def _signal_a_rank(self, fault: FaultPlan) -> dict:
+    def _signal_a_rank(self, fault: FaultPlan, *, aim_for_s: float = AIM_FOR_S,
+                       last: bool = True) -> dict | None:
+        """SIGKILL or SIGTERM to a random rank of a random running job past its
+        first step and short of its last (where there is one). A SIGKILL with
+        an aim (soak_plan.aimed_victims) looks for a job of its aim for
+        `aim_for_s` first, and one aimed at recovery in place is followed
+        until it is `ripe` (past its first snapshot): the kill point is chosen,
+        not happened upon, since a tiny job's window is a few steps of a
+        fraction of a second each. Not the `last` try: None where no job of
+        its aim came (it is tried again later); the last takes any job then
+        (`aimed` False)."""
         rng = random.Random(fault.seed)
-        deadline = time.monotonic() + 60
+        started = time.monotonic()
+        deadline = started + 60 + (aim_for_s if fault.aim else 0)
+        seen: set[str] = set()  # the aim's candidates
         while time.monotonic() < deadline:
             victims = sorted(self._victims(), key=lambda j: j["id"])
-            # Mid-run where there is a choice: past its first step.
-            stepping = [j for j in victims if j["step"] >= 1] or victims
-            if stepping:
-                job = rng.choice(stepping)
+            # Mid-run where there is a choice: past its first step, short of its last.
+            stepping = [j for j in victims if 1 <= j["step"] < j["spec"]["train"]["steps"]] or victims
+            aimed = aimed_victims(victims, fault.aim) if fault.aim else []
+            seen |= {j["id"] for j in aimed}
+            if aimed and fault.aim == "in_place":
+                job = self._follow(rng.choice(aimed), deadline)
+                aimed = [job] if job is not None else []
+                if not aimed:
+                    continue  # it left the window: look again
+            if fault.aim and not aimed:
+                if time.monotonic() - started < aim_for_s:
+                    time.sleep(0.2)
+                    continue
+                if not last:
+                    return None
+            if aimed or stepping:
+                job = rng.choice(aimed or stepping)
                 workers = sorted(self.admin.get(f"/v1/jobs/{job['id']}/workers"), key=lambda w: w["rank"])
                 pids = [w for w in workers if w["pid"]]
                 if pids:
@@ -247,11 +307,26 @@ class Chaos(Loop):
                         continue  # it ended meanwhile: pick again
                     killed_at = time.time()  # what the fault's cost is counted from (soak_goodput.py)
                     self.hits[job["id"]] += 1
+                    aim = ({"aim": fault.aim, "aimed": bool(aimed), "aim_candidates": len(seen)}
+                           if fault.aim else {})
                     return {"job": job["id"], "rank": victim["rank"], "pid": victim["pid"],
-                            "killed_at": killed_at,
-                            "step": job["step"], "steps": job["spec"]["train"]["steps"]}
+                            "killed_at": killed_at, "workers": job["workers"],
+                            "step": job["step"], "steps": job["spec"]["train"]["steps"], **aim}
             time.sleep(0.2)
         return {"skipped": "no running job to hit within 60 s"}
+
+    def _follow(self, job: dict, deadline: float) -> dict | None:
+        """The job, read again every FOLLOW_S until it is `ripe` (then it), or
+        None once it is no longer one to aim at."""
+        while time.monotonic() < deadline:
+            now = ripe(job)
+            if now is None:
+                return None
+            if now:
+                return job
+            time.sleep(FOLLOW_S)
+            job = self.admin.get(f"/v1/jobs/{job['id']}")
+        return None
 
     def _kill_leader(self) -> dict:
         """SIGKILL to the leading replica's process group (its host lost); the

@@ -2,7 +2,9 @@
 1 to 3 workers, random priorities, fixed sizes 1 and 2 and elastic 1..2)
 arrive over 60 s through two `brigade serve` replicas on one Postgres and
 one Ray head (after one uninterrupted reference run per config and world size
-the jobs have, alone) while a chaos thread SIGKILLs 6 random ranks, SIGTERMs 3
+the jobs have, alone) while a chaos thread SIGKILLs 6 random ranks (in turn,
+of a job of 2+ ranks past its first in-memory snapshot, which recovery in
+place (on, automatic) saves, and of a one-rank job, which restarts), SIGTERMs 3
 others, SIGKILLs the leading replica twice (another leads within
 BRIGADE_LEASE_S + 5 s, no running job restarts for it, the lost one comes
 back as a follower) and fills the checkpoint disk (a tmpfs) once. Then every job is SUCCEEDED on its
@@ -10,9 +12,12 @@ uninterrupted reference curve, or FAILED for the bad data it was given on
 purpose; none lost, none twice, none stuck; every step's metrics row once;
 no tenant over its quota at any sample; nothing left on Ray; every job's
 events a legal path through the state machine (tests/soak/soak_checks.py);
-every job's goodput phases summing to its wall time within 2%, and the faults
-priced: the cluster's goodput in worker-seconds and each fault kind's median
-cost, `lost` + `recovering` of the attempts it ended (tests/soak/soak_goodput.py).
+every job's `recoveries` its events of a recovery in place; every SIGKILL
+explained by a recovery (in place, at least once, or a restart); every job's
+goodput phases summing to its wall time within 2%, and the faults priced: the
+cluster's goodput in worker-seconds and each fault kind's median cost, `lost` +
+`recovering` of the attempts it ended or of the recovery in place it caused
+(tests/soak/soak_goodput.py).
 
 Seeded (the job mix and the fault schedule); `python -m bench.soak` runs a
 longer one.
@@ -42,6 +47,16 @@ def test_a_hundred_jobs_of_four_tenants_survive_the_chaos_thread(tmp_path):
     assert r["jobs"] == 100 and r["by_state"] == {"FAILED": 2, "SUCCEEDED": 98}, r
     assert r["faults"] == {"disk_full": 1, "leader_kill": 2, "sigkill": 6, "sigterm": 3}, r
     assert r["restarts"] >= 1 and r["preemptions"] >= 1, r  # counters: an early kill has no recovery row
+    # Recovery in place is on (automatic, every job of 2+ ranks): every SIGKILL is explained by
+    # a recovery, in place (a job of 2+ ranks past its first in-memory snapshot: the SIGKILLs
+    # aimed there, soak_plan.aimed_victims), or a restart (a lone rank's job, or a group that
+    # could not recover in place: a fallback), or landed after the job's last step ("finished":
+    # nothing left to recover; the chaos thread picks jobs short of it).
+    sigkills = r["rank_signals_explained"]["sigkill"]
+    assert sum(sigkills.values()) == 6 and set(sigkills) <= {"in_place", "fallback", "restart",
+                                                             "finished", "with_next"}, r
+    assert sigkills.get("in_place", 0) >= 1, r
+    assert r["recoveries_in_place"] >= sigkills["in_place"], r  # the jobs' counters say so too
     assert r["failed_saves"] >= 1, r
     assert 0 < r["goodput"]["goodput"] < 1, r["goodput"]  # (the checks say the same, with why)
     assert all(r["fault_cost_s"][kind]["median_s"] > 0 for kind in ("sigkill", "sigterm")), r

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from workers.engine.comm import CommCounter
 from workers.engine.compression import compress_gradients
-from workers.spec import ModelSpec, ShardingSpec
+from workers.schema import ModelSpec, ShardingSpec
 from workers.models import build_model
 from workers.engine.sharding import build_mesh, shard_model
 

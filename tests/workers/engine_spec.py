@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 if TYPE_CHECKING:
     from workers.cluster.group import WorkerGroup

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from checkpoints import CheckpointTarget
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SECRET = "hf-test-secret"
 # d_model 64, 4 heads, 2 kv heads; vocab 256 (byte data); rms eps as Hugging Face's default

@@ -2,14 +2,17 @@
 
 Driver-side only (no torch, no Ray), and picklable so they can cross processes.
 A job's bad data is the datasets' own error (`DataError`, workers/datasets/errors.py),
-a compiler that cannot run the engine's (`CompileError`, workers/engine/errors.py);
-`is_permanent` tells them apart once they have crossed from a rank as a message.
+a compiler that cannot run the engine's (`CompileError`, workers/engine/errors.py), a
+spec that cannot run as written the spec's (`SpecError`);
+`is_permanent` tells them apart once they have crossed from a rank as a message,
+and `permanent_cause` says what the user has to change.
 """
 
 from __future__ import annotations
 
 from workers.datasets.errors import DataError
 from workers.engine.errors import BaseMismatch, CompileError
+from workers.schema import SpecError
 
 
 class WorkerGroupError(RuntimeError):
@@ -48,13 +51,31 @@ class RankHungError(RankError):
     interpreter): the job needs a new group, as for a lost rank."""
 
 
-# How a rank's failure reads when its cause is one a restart cannot fix: bad data
-# (workers/datasets/errors.py), a compiler that cannot run (workers/engine/errors.py).
-PERMANENT_MARKS = tuple(f"{error.__name__}: " for error in (DataError, CompileError,
-                                                            BaseMismatch))
+# The failures a restart cannot fix, as their names read in a rank's message
+# ("DataError: ..."), each with its cause in words: what must change before the
+# job can run (the job's error ends with it: "not restarted: ...").
+PERMANENT_CAUSES: dict[str, str] = {
+    DataError.__name__: "its data is bad: fix or replace the file named, then submit again",
+    CompileError.__name__: ("the compiler cannot run on these machines: set train.compile "
+                            "false, or give the nodes a working C++ compiler"),
+    BaseMismatch.__name__: ("its adapter checkpoint was trained on other base weights than "
+                            "init now holds: point init at the base it was trained on"),
+    SpecError.__name__: "the spec cannot run as written: fix the field named, then submit again",
+}
+PERMANENT_MARKS = tuple(f"{name}: " for name in PERMANENT_CAUSES)
+
+
+def permanent_cause(message: str) -> str | None:
+    """What a rank's failure (its message, as it crossed processes) needs
+    changed, where it is one that will not go away on a restart: the cause of
+    the first such error the message names (its summary comes before the
+    traceback); None for any other failure."""
+    found = [(at, name) for name in PERMANENT_CAUSES
+             if (at := message.find(f"{name}: ")) >= 0]
+    return PERMANENT_CAUSES[min(found)[1]] if found else None
 
 
 def is_permanent(message: str) -> bool:
     """Whether a rank's failure (its message, as it crossed processes) is one
     that will not go away on a restart."""
-    return any(mark in message for mark in PERMANENT_MARKS)
+    return permanent_cause(message) is not None

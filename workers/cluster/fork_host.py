@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Set
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -99,13 +100,15 @@ class ForkServers:
         """Whether the node's server is ready, or has failed (ranks start cold)."""
         return node_id in self._launch
 
-    def refresh(self, nodes: set[str]) -> None:
+    def refresh(self, nodes: set[str], drop: Set[str] = frozenset()) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         for gone in set(self._hosts) - nodes:  # a node that left took its host with it
-            self._hosts.pop(gone, None)
+            left = self._hosts.pop(gone, None)
             self._launch.pop(gone, None)
+            if gone in drop and left is not None:  # a draining node's: it goes once idle
+                ray.kill(left, no_restart=True)
         if self._starting:
             done, _ = ray.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
             for ref in done:

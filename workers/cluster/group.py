@@ -19,6 +19,7 @@ rather than joined.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import overload
@@ -28,7 +29,11 @@ from ray.util import placement_group_table
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.cluster.errors import PlacementTimeoutError, WorkerGroupError
+from checkpoints import CheckpointTarget
+from workers.cluster.errors import PlacementTimeoutError, RankError, WorkerGroupError
+from workers.cluster.group_status import GroupStatus
+from workers.cluster.in_place import CannotMove, CannotRecover, in_place_for, peer_of
+from workers.cluster.move import PLACEMENT_WAIT_S, Move, move_in_place
 from workers.cluster.placement import (
     PLACEMENT_STRATEGIES,
     GangBundles,
@@ -39,7 +44,9 @@ from workers.cluster.placement import (
 from workers.cluster.pool import RankPool, find_assigned, start_rank_actor
 from workers.cluster.rank_actor import SIGTERM_GRACE_S
 from workers.cluster.rank_calls import await_answers, await_ranks
-from workers.spec import JobSpec
+from workers.cluster.rank_info import RankInfo, rank_where
+from workers.cluster.replace import Recovery, recover_in_place
+from workers.schema import JobSpec
 
 PROGRESS_TIMEOUT_S = 30.0
 
@@ -101,11 +108,20 @@ class WorkerGroup:
         self._gang: GangBundles | None = None  # the bundles, chosen at start
         self.backend: str | None = None
         self.rendezvous: tuple[str, int] | None = None
-        # One dict per rank (node_id, node_ip, pid, gpu_ids); kept after shutdown
-        # so that errors can still say where a rank ran.
-        self.node_infos: list[dict] = []
+        # Where each rank runs, by rank; kept after shutdown so that errors can
+        # still say where a rank ran.
+        self.node_infos: list[RankInfo] = []
         self._pg: PlacementGroup | None = None
+        # Ranks moved off a draining node (workers/cluster/move.py) run in placement groups
+        # of their own: rank -> (that group, its bundle); and those groups, to remove.
+        self._placed: dict[int, tuple[PlacementGroup, int]] = {}
+        self._moved_pgs: list[PlacementGroup] = []
         self._actors: list = []
+        # Recovery in place (workers/cluster/replace.py): set by `start_training` for a job
+        # that snapshots in memory on more than one rank; a lost rank then leaves the group
+        # up (its owner recovers it, or shuts it down), not shut down at once.
+        self.in_place = False
+        self.run: TrainingRun | None = None  # the training `start_training` started
         # When each phase of `start` ended (epoch seconds): see `startup`.
         self.timeline: dict[str, float] = {}
 
@@ -144,7 +160,8 @@ class WorkerGroup:
         """Kill every rank actor and free the bundles; safe to call again.
         Where `may_shutdown` says no, only let go of them."""
         actors, self._actors = self._actors, []
-        pg, self._pg = self._pg, None
+        pgs = [pg for pg in (self._pg, *self._moved_pgs) if pg is not None]
+        self._pg, self._moved_pgs, self._placed = None, [], {}
         if self.may_shutdown is not None and not self.may_shutdown():
             return
         if not ray.is_initialized():
@@ -152,7 +169,7 @@ class WorkerGroup:
         for actor in actors:
             if actor is not None:
                 ray.kill(actor, no_restart=True)
-        if pg is not None:
+        for pg in pgs:
             remove_placement_group(pg)
 
     def names_free(self, timeout_s: float) -> bool:
@@ -179,25 +196,67 @@ class WorkerGroup:
     # -- training -----------------------------------------------------------------
 
     def start_training(
-        self, spec: JobSpec | dict, *, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec | dict, *, checkpoint: CheckpointTarget | dict | None = None,
+        stop_after: int | None = None,
     ) -> TrainingRun:
         """Start `train` on every rank and return at once; see `TrainingRun`.
-        `checkpoint` (a `CheckpointTarget` as a dict) makes the ranks resume
+        `checkpoint` (where the job's checkpoints live) makes the ranks resume
         from its latest committed step and save there; `stop_after` ends this
         run at that step, checkpointed."""
         if not self._actors:
             raise WorkerGroupError("the worker group is not started: call start() first")
-        # A dict (a script's, a test's) is parsed here; a JobSpec is the caller's parsed one,
-        # taken as it is. What only the group knows is checked, before any rank runs: its size.
+        # Parsed and checked here, once, for every rank: a dict (a script's, a test's) is
+        # parsed, a JobSpec or CheckpointTarget (the control plane's) taken as it is; what
+        # only the group knows, its size, is checked before any rank runs. The ranks take
+        # both as they come (Ray pickles them).
         if not isinstance(spec, JobSpec):
             spec = JobSpec.model_validate(spec)
         spec.check_world_size(self.num_workers)
-        return TrainingRun(
-            self, [actor.train.remote(spec, checkpoint, stop_after) for actor in self._actors]
+        if isinstance(checkpoint, dict):
+            checkpoint = CheckpointTarget.from_dict(checkpoint)
+        self.in_place = in_place_for(spec, self.num_workers)
+        if self.in_place:  # who holds whose snapshot copies
+            node_ids = [info.node_id for info in self.node_infos]
+            peers = [peer_of(rank, node_ids) for rank in range(self.num_workers)]
+            self._finish([actor.set_peer.remote(None if peer is None else self._actors[peer])
+                          for actor, peer in zip(self._actors, peers, strict=True)],
+                         PROGRESS_TIMEOUT_S, "telling the ranks their peers")
+        self.run = TrainingRun(
+            self, [actor.train.remote(spec, checkpoint, stop_after) for actor in self._actors],
+            spec=spec, checkpoint=checkpoint, stop_after=stop_after,
         )
+        return self.run
+
+    def recover(self, lost: list[int]) -> Recovery:
+        """Replace the `lost` ranks of this group's training in place: the
+        survivors keep their processes and the training goes on from the
+        newest in-memory snapshot (workers/cluster/replace.py). CannotRecover
+        says why it could not (the group is left up: shut it down)."""
+        if not self.in_place or self.run is None:
+            raise CannotRecover("the job takes no in-memory snapshots (checkpoint."
+                                "memory_every_steps 0), runs on one rank, or was not started "
+                                "by this driver")
+        return recover_in_place(self, self.run, lost)
+
+    def move(self, ranks: list[int], avoid: set[str],
+             placement_wait_s: float = PLACEMENT_WAIT_S) -> Move:
+        """Move `ranks` of this group's training to nodes not in `avoid` (they
+        drain), going on from the step it reached (workers/cluster/move.py);
+        CannotRecover says why it could not (the group may be broken by then:
+        check, and shut it down)."""
+        if not self.in_place or self.run is None:
+            raise CannotMove("the job takes no in-memory snapshots (checkpoint.memory_every_steps "
+                             "0, or tensor parallelism), runs on one rank, or was not started "
+                             "by this driver")
+        return move_in_place(self, self.run, ranks, avoid, placement_wait_s)
+
+    def ranks_on(self, node_ids: set[str] | dict) -> list[int]:
+        """The ranks that run on any of `node_ids`."""
+        return [rank for rank, info in enumerate(self.node_infos) if info.node_id in node_ids]
 
     def train(
-        self, spec: JobSpec | dict, *, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec | dict, *, checkpoint: CheckpointTarget | dict | None = None,
+        stop_after: int | None = None,
     ) -> list[list[dict]]:
         """Train to the end (or `stop_after`); one metrics dict per step, per rank."""
         return self.start_training(spec, checkpoint=checkpoint, stop_after=stop_after).wait()
@@ -241,31 +300,30 @@ class WorkerGroup:
             group._pg = ray.util.get_placement_group(f"{name_prefix}-pg")
         except ValueError:
             group._pg = None
+        group._moved_pgs = moved_placement_groups(name_prefix)
         return group
 
-    def status(self) -> dict:
-        """{"state": "running" | "done" | "preempted", "steps": rank 0's step
-        count, "step": its training step}; "preempted" (every rank stopped,
-        checkpointed, after a preemption notice) adds "reason" and
-        "sigterm_ranks". A lost, failed or hung rank raises RankLostError /
-        RankFailedError / RankHungError (and shuts the group down): a hung
-        one is found within the process-group timeout. Works for a group
-        this driver did not start."""
+    def status(self) -> GroupStatus:
+        """Running, done, or preempted (every rank stopped, checkpointed,
+        after a preemption notice: which ranks got it, and why, in
+        `sigterm_ranks` and `reason`), with rank 0's row count and step. A
+        lost, failed or hung rank raises RankLostError / RankFailedError /
+        RankHungError (and shuts the group down): a hung one is found within
+        the process-group timeout. Works for a group this driver did not start."""
         statuses = self._answers("status")
-        out = {"state": "running", "steps": statuses[0]["steps"], "step": statuses[0].get("step")}
+        steps, step = statuses[0]["steps"], statuses[0].get("step")
         ended = {st["state"] for st in statuses}
         if ended == {"done"}:
-            out["state"] = "done"
-        elif ended == {"preempted"}:
+            return GroupStatus(state="done", steps=steps, step=step)
+        if ended == {"preempted"}:
             sigterm = [rank for rank, st in enumerate(statuses) if st.get("sigterm")]
-            where = ", ".join(self._where(rank) for rank in sigterm) or "a rank"
-            out.update(
-                state="preempted",
-                sigterm_ranks=sigterm,
+            where = ", ".join(rank_where(rank, self.node_infos) for rank in sigterm) or "a rank"
+            return GroupStatus(
+                state="preempted", steps=steps, step=step, sigterm_ranks=sigterm,
                 reason=f"{where} got SIGTERM (a preemption notice): checkpointed at step "
-                       f"{out['step']} and stopped",
+                       f"{step} and stopped",
             )
-        return out
+        return GroupStatus(state="running", steps=steps, step=step)
 
     def startup(self) -> dict[str, float]:
         """When each start-up phase ended, epoch seconds: the group's own
@@ -279,10 +337,6 @@ class WorkerGroup:
             for phase, at in rank_times.items():
                 merged[phase] = max(at, merged.get(phase, at))
         return merged
-
-    def _where(self, rank: int) -> str:
-        info = self.node_infos[rank] if rank < len(self.node_infos) else None
-        return f"rank {rank} (pid {info['pid']}, node {info['node_ip']})" if info else f"rank {rank}"
 
     def progress(self, since: int = 0) -> list[dict]:
         """Rank 0's metrics from step index `since` on."""
@@ -302,11 +356,18 @@ class WorkerGroup:
         if not self._actors:
             raise WorkerGroupError("the worker group is not started: call start() first")
         refs = [getattr(actor, method).remote(*args) for actor in self._actors[:ranks]]
-        return await_answers(refs, self.pg_timeout_s, self.node_infos, self.shutdown, _failure)
+        return await_answers(refs, self.pg_timeout_s, self.node_infos, self._on_rank_error, _failure)
 
     def request_stop(self) -> None:
         """Ask every rank to checkpoint and stop at the next step boundary."""
         self.call("request_stop")
+
+    def signal_stop(self) -> None:
+        """`request_stop`, sent without waiting for the ranks' answers (from any
+        thread: the group's driver may be waiting on them meanwhile)."""
+        for actor in self._actors:
+            if actor is not None:
+                actor.request_stop.remote()
 
     def call(self, method: str, *args, timeout_s: float = PROGRESS_TIMEOUT_S) -> list:
         """Call a (collective) rank-actor method on every rank; results by rank."""
@@ -344,36 +405,55 @@ class WorkerGroup:
         (assigned its rank), else a cold one in its bundle."""
         assert self._pg is not None and self._gang is not None, (
             "start() reserves the bundles before it spawns")
-        threads = max(1, int(self.cpus_per_worker))
         nodes = placement_group_table(self._pg)["bundles_to_node_id"] if self.pool else {}
         infos = []
         for rank in range(self.num_workers):
-            bundle = self._gang.bundle_of_rank[rank]
-            node = nodes.get(bundle)  # where Ray put the bundle (known only with a pool)
-            actor = self.pool.take(node) if self.pool and node else None
-            if actor is not None:
-                self._actors.append(actor)  # ours from here: killed with the group
-                self.pooled_ranks.append(rank)
-                infos.append(actor.assign.remote(self.name_prefix or f"group-{id(self):x}", rank,
-                                                 self.num_workers, threads, self.sigterm_grace_s))
-                continue
-            env = self.pool.runtime_env(node) if self.pool and node else None
-            actor = start_rank_actor(
-                runtime_env=env,  # forked from the node's fork server, where it has one
-                num_cpus=self.cpus_per_worker,
-                num_gpus=self.gpus_per_worker,
-                name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,
-                lifetime="detached" if self.detached else None,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self._pg, placement_group_bundle_index=bundle
-                ),
-            ).remote(rank, self.num_workers, threads, self.sigterm_grace_s)
+            actor, info = self._spawn_rank(rank, nodes)
             self._actors.append(actor)  # one at a time: a failed .remote() leaves the rest killable
-            infos.append(actor.node_info.remote())
+            infos.append(info)
         self.node_infos = self._finish(infos, self.ready_timeout_s, "starting the rank actors")
 
+    def place_rank(self, rank: int, pg: PlacementGroup, bundle: int) -> None:
+        """Rank `rank` runs from now on in `bundle` of `pg` (a placement group
+        this group made to move it; removed with the group)."""
+        self._placed[rank] = (pg, bundle)
+        if all(pg.id != kept.id for kept in self._moved_pgs):
+            self._moved_pgs.append(pg)
+
+    def _spawn_rank(self, rank: int, nodes: dict | None = None) -> tuple:
+        """Rank `rank`'s actor (warm from the pool on its bundle's node, where
+        Ray put the bundle and the pool has one; else cold in its bundle), and
+        the reference of its `node_info`. `nodes`: where Ray put the bundles
+        of the group's own placement group, where known."""
+        assert self._pg is not None and self._gang is not None
+        threads = max(1, int(self.cpus_per_worker))
+        pg, bundle = self._placed.get(rank, (self._pg, self._gang.bundle_of_rank[rank]))
+        if self.pool and (nodes is None or pg is not self._pg):
+            nodes = placement_group_table(pg)["bundles_to_node_id"]
+        node = (nodes or {}).get(bundle)  # where Ray put the bundle (known only with a pool)
+        actor = self.pool.take(node) if self.pool and node else None
+        if actor is not None:
+            if rank not in self.pooled_ranks:
+                self.pooled_ranks.append(rank)
+            return actor, actor.assign.remote(self.name_prefix or f"group-{id(self):x}", rank,
+                                              self.num_workers, threads, self.sigterm_grace_s)
+        if rank in self.pooled_ranks:
+            self.pooled_ranks.remove(rank)
+        env = self.pool.runtime_env(node) if self.pool and node else None
+        actor = start_rank_actor(
+            runtime_env=env,  # forked from the node's fork server, where it has one
+            num_cpus=self.cpus_per_worker,
+            num_gpus=self.gpus_per_worker,
+            name=f"{self.name_prefix}-rank-{rank}" if self.name_prefix else None,
+            lifetime="detached" if self.detached else None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=bundle
+            ),
+        ).remote(rank, self.num_workers, threads, self.sigterm_grace_s)
+        return actor, actor.node_info.remote()
+
     def _rendezvous(self) -> None:
-        same_node = len({info["node_id"] for info in self.node_infos}) == 1
+        same_node = len({info.node_id for info in self.node_infos}) == 1
         [self.rendezvous] = self._finish(
             [self._actors[0].choose_rendezvous.remote(same_node, self.pg_timeout_s)],
             self.ready_timeout_s,
@@ -399,7 +479,39 @@ class WorkerGroup:
         """The results of one call per rank (refs[i] is rank i's), or None if some
         are still running after `timeout_s` (None: no limit). The first lost or
         failed rank raises at once and shuts the group down."""
-        return await_ranks(refs, timeout_s, self.node_infos, self.shutdown)
+        return await_ranks(refs, timeout_s, self.node_infos, self._on_rank_error)
+
+    def _on_rank_error(self) -> None:
+        """A rank was lost, failed or hung: the group goes, unless it may
+        recover in place (its owner decides, and shuts it down if not)."""
+        if not self.in_place:
+            self.shutdown()
+
+
+def moved_placement_groups(name_prefix: str) -> list[PlacementGroup]:
+    """The live placement groups made to move ranks of the group `name_prefix`
+    (workers/cluster/move.py names them `{name_prefix}-moved-...`)."""
+    found = []
+    for entry in placement_group_table().values():
+        name = entry.get("name", "")
+        if name.startswith(f"{name_prefix}-moved-") and entry.get("state") != "REMOVED":
+            with contextlib.suppress(ValueError):  # removed meanwhile
+                found.append(ray.util.get_placement_group(name))
+    return found
+
+
+def placed_groups(prefix: str) -> dict[str, int]:
+    """The worker groups whose names start with `prefix` that hold a
+    placement group on the cluster now (pending or placed, not removed):
+    each one's name (as `name_prefix`) and its number of bundles."""
+    found: dict[str, int] = {}
+    if not ray.is_initialized():
+        return found  # no cluster joined: nothing of ours on one
+    for entry in placement_group_table().values():
+        name = entry.get("name") or ""
+        if name.startswith(prefix) and name.endswith("-pg") and entry.get("state") != "REMOVED":
+            found[name.removesuffix("-pg")] = len(entry.get("bundles") or {})
+    return found
 
 
 def _named(lookup) -> bool:
@@ -420,12 +532,25 @@ def _failure(answer: object) -> str | None:
 
 
 class TrainingRun:
-    """Training in flight on every rank of a group: poll it without blocking."""
+    """Training in flight on every rank of a group: poll it without blocking.
+    With recovery in place on (`WorkerGroup.in_place`), `wait` replaces a
+    lost rank and goes on (`recoveries` lists them); a driver that polls
+    `status` instead calls `WorkerGroup.recover` itself."""
 
-    def __init__(self, group: WorkerGroup, refs: list):
+    def __init__(self, group: WorkerGroup, refs: list, *, spec: JobSpec,
+                 checkpoint: CheckpointTarget | None = None, stop_after: int | None = None):
         self._group = group
         self._refs = refs
-        self._steps: list[dict] = []  # rank 0's metrics fetched so far
+        self.spec, self.checkpoint, self.stop_after = spec, checkpoint, stop_after
+        self._steps: dict[int, dict] = {}  # rank 0's metrics fetched so far, by step
+        self._fetched = 0  # rank 0's rows read (its process's: a new rank 0 starts again)
+        self.recoveries: list[Recovery] = []
+
+    def replace(self, rank: int, ref) -> None:
+        """Rank `rank`'s train call is now `ref` (its replacement's)."""
+        self._refs[rank] = ref
+        if rank == 0:
+            self._fetched = 0
 
     @overload
     def wait(self, timeout_s: None = None) -> list[list[dict]]: ...
@@ -434,11 +559,27 @@ class TrainingRun:
     def wait(self, timeout_s: float | None = None) -> list[list[dict]] | None:
         """Per-rank metrics once every rank is done, or None if still running after
         `timeout_s`. A lost or failed rank raises `RankLostError` or
-        `RankFailedError` and the group is shut down."""
-        return self._group._await(self._refs, timeout_s)
+        `RankFailedError` and the group is shut down (with recovery in place:
+        where the rank cannot be replaced)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return self._group._await(list(self._refs), left)
+            except RankError as e:
+                if not self._group.in_place:
+                    raise
+                try:
+                    self.recoveries.append(self._group.recover([e.rank]))
+                except CannotRecover:
+                    self._group.shutdown()
+                    raise e from None
 
     def progress(self) -> list[dict]:
-        """Rank 0's metrics so far, one dict per finished step."""
+        """Rank 0's metrics so far, one dict per finished step (a step redone
+        after a recovery in place once)."""
         if self._group.actors:
-            self._steps.extend(self._group.progress(len(self._steps)))
-        return list(self._steps)
+            fetched = self._group.progress(self._fetched)
+            self._fetched += len(fetched)
+            self._steps.update((row["step"], row) for row in fetched)
+        return [self._steps[step] for step in sorted(self._steps)]

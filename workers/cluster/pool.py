@@ -51,6 +51,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workers.cluster.fork_host import ForkServers
 from workers.cluster.fork_host import supported as fork_servers_supported
+from workers.cluster.node_view import ClusterUnreachableError
+from workers.cluster.nodes import draining_nodes
 from workers.cluster.rank_actor import RankActor
 
 logger = logging.getLogger(__name__)
@@ -60,11 +62,11 @@ CHECK_S = 1.0  # how often the refill looks at the pool (and new nodes) otherwis
 
 
 def start_rank_actor(*, node_id: str | None = None, **options):
-    """A rank actor as every group makes one (two threads: `progress`
-    answers while `train` runs); pinned to `node_id` where given."""
+    """A rank actor as every group makes one (three threads: `progress` and
+    a peer's snapshot copy are answered while `train` runs); pinned to `node_id` where given."""
     if node_id is not None:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return _RemoteRankActor.options(max_concurrency=2, **options)
+    return _RemoteRankActor.options(max_concurrency=3, **options)
 
 
 class RankPool:
@@ -196,16 +198,22 @@ class RankPool:
     def _fill(self) -> None:
         """Start what each live node lacks: its fork server first, then the
         warm ranks (forked from it once it is ready)."""
-        nodes = _cpu_nodes()
+        draining = _draining()
+        nodes = _cpu_nodes() - draining  # a draining node takes no new rank: none kept warm there
         if self.fork_servers is not None:
-            self.fork_servers.refresh(nodes)
+            self.fork_servers.refresh(nodes, drop=draining)
             nodes = {node for node in nodes if self.fork_servers.settled(node)}
+        idle = []
         with self._lock:
             for gone in set(self._warm) - nodes:  # a node that left: its actors went with it
-                del self._warm[gone]
+                left = self._warm.pop(gone)
+                if gone in draining:  # killed: the node goes once nothing runs there
+                    idle += left
             starting = [node for node, _ in self._starting.values()]
             short = [node for node in nodes
                      for _ in range(self.size - len(self._warm.get(node, [])) - starting.count(node))]
+        for actor in idle:
+            ray.kill(actor, no_restart=True)
         for node in short:
             env = self.runtime_env(node)
             actor = start_rank_actor(
@@ -227,6 +235,14 @@ class RankPool:
                     ray.kill(actor, no_restart=True)
             except (ValueError, ray.exceptions.RayError):
                 continue  # gone meanwhile, or not answering: the group that owns it decides
+
+
+def _draining() -> set[str]:
+    """The nodes Ray drains (none where the GCS does not answer now)."""
+    try:
+        return set(draining_nodes())
+    except ClusterUnreachableError:
+        return set()
 
 
 def _cpu_nodes() -> set[str]:

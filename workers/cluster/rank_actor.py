@@ -3,8 +3,9 @@
 Defined as a plain class; `WorkerGroup` wraps it with `ray.remote` and places
 one per bundle. torch and the engine are imported inside the methods, so the
 control plane can import this module without torch. The group creates it with
-`max_concurrency=2`: one thread runs `train` while the other answers
-`progress`.
+`max_concurrency=3`: one thread runs `train` while the others answer
+`progress` and the calls of its peers (a snapshot copy to keep, one to give
+back: recovery in place, workers/cluster/in_place.py).
 
 SIGTERM (what a spot reclaim or a node drain sends a process before killing
 it) is a preemption notice, not a crash: the actor installs its own handler
@@ -26,18 +27,25 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
+from workers.cluster.in_place import in_place_for
+from workers.cluster.rank_info import RankInfo
 from workers.cluster.rank_output import OutputCapture
+from workers.cluster.snapshot_peer import REJOIN_TIMEOUT_S, Rejoin, SnapshotSender
 from workers.engine import distributed
-from workers.spec import JobSpec
+from workers.schema import JobSpec
+
+if TYPE_CHECKING:
+    from checkpoints import CheckpointTarget
 
 logger = logging.getLogger(__name__)
 SIGTERM_GRACE_S = 30.0  # from SIGTERM to a checkpointed stop, before the process exits hard
@@ -66,12 +74,26 @@ class RankActor:
         self._state = "idle"  # idle | running | done | preempted | failed
         self._error: str | None = None
         self._stop_requested = False
+        # A move asked for (a drain, workers/cluster/replace.py `move_in_place`): at the next
+        # step boundary every rank snapshots and leaves the process group; a moving rank
+        # first hands its snapshot to `_move_holder`, a surviving rank (None: it stays).
+        self._move_requested = False
+        self._move_holder: Any = None
         self._sigterm_at: float | None = None  # wall time of the preemption notice, if one came
         self._sigterm_grace_s = sigterm_grace_s
         # the SIGTERM handler ours replaced (Ray's), as signal.getsignal returns it
         self._ray_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
         self._store: _RendezvousStore | None = None  # rank 0's rendezvous store, from choose_rendezvous
         self._group: str | None = None  # a pooled rank's group, once assigned (`assignment`)
+        # Recovery in place (workers/cluster/in_place.py): the rank that keeps this rank's
+        # snapshot copy, the copies this rank keeps for others (by rank), this rank's own
+        # latest snapshot (kept across a broken group), and the next group to join.
+        self._peer: Any = None
+        self._held: dict[int, Any] = {}
+        self._own: list = []  # this rank's own snapshots, newest first (workers/engine/snapshot.py)
+        self._sender = SnapshotSender(self)
+        self._rejoin: queue.Queue[Rejoin] = queue.Queue()
+        self._generation = 0  # process groups this rank has joined
         self._install_sigterm_handler()
         # The process's stdout and stderr, for the job's log (Ray's log files keep them too).
         self._output = OutputCapture().start()
@@ -89,7 +111,7 @@ class RankActor:
         return os.getpid()
 
     def assign(self, group: str, rank: int, world_size: int, num_threads: int,
-               sigterm_grace_s: float = SIGTERM_GRACE_S) -> dict:
+               sigterm_grace_s: float = SIGTERM_GRACE_S) -> RankInfo:
         """Make this pooled process rank `rank` of `group` (once: never a
         second group, whatever became of the first); its `node_info`."""
         if self._group is not None:
@@ -106,13 +128,14 @@ class RankActor:
         """(group, rank) of a pooled process once assigned, else None."""
         return None if self._group is None else (self._group, self.rank)
 
-    def node_info(self) -> dict:
-        return {
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "node_ip": ray.util.get_node_ip_address(),
-            "pid": os.getpid(),
-            "gpu_ids": ray.get_gpu_ids(),
-        }
+    def node_info(self) -> RankInfo:
+        """Where this rank runs."""
+        return RankInfo(
+            node_id=ray.get_runtime_context().get_node_id(),
+            node_ip=ray.util.get_node_ip_address(),
+            pid=os.getpid(),
+            gpu_ids=list(ray.get_gpu_ids()),
+        )
 
     def choose_rendezvous(self, same_node: bool, timeout_s: float) -> tuple[str, int]:
         """Rank 0 only: where the others meet it."""
@@ -139,51 +162,170 @@ class RankActor:
         )
         store = self._store if self.rank == 0 else distributed.connect_store(rv)
         backend = distributed.init_process_group(rv, store)
+        self._generation += 1
         self._timeline["joined"] = time.time()
         return backend
 
     def train(
-        self, spec: JobSpec | dict, checkpoint: dict | None = None, stop_after: int | None = None
+        self, spec: JobSpec, checkpoint: CheckpointTarget | None = None,
+        stop_after: int | None = None, rejoin: Rejoin | None = None,
     ) -> list[dict]:
         """Run the job's entry point (`ENTRY_POINTS`, by its kind): a training
         runs to the end of the job or `stop_after`, resuming from the
         checkpoint target's latest committed step when one is given. The spec
-        is parsed (a dict) and checked for this world size here, once: the
-        engine takes it as it is."""
+        comes parsed and checked for this world size by the group
+        (`WorkerGroup.start_training`): the engine takes it as it is.
+        `rejoin`: this rank replaces a lost one in a running group: it joins
+        the group's new process group and starts from the snapshot the plan
+        names (recovery in place), not from the checkpoint."""
         self._timeline.setdefault("engine_imported", time.time())
         self._metrics, self._state, self._error = [], "running", None
         self._stop_requested = False
+        if rejoin is not None:
+            self._rejoin.put(rejoin)
         try:
-            job = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
-            job.check_world_size(self.world_size)
-            rows, self._state = ENTRY_POINTS[job.kind](self, job, checkpoint, stop_after)
+            rows, self._state = ENTRY_POINTS[spec.kind](self, spec, checkpoint, stop_after)
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             self._state, self._error = "failed", f"{type(e).__name__}: {e}"
             raise
         return rows
 
-    def _train(self, spec: JobSpec, checkpoint: dict | None,
+    def _train(self, spec: JobSpec, checkpoint: CheckpointTarget | None,
                stop_after: int | None) -> tuple[list[dict], str]:
         """A training job (kind 'train'): its rows, and "done" or "preempted"."""
-        from checkpoints import CheckpointTarget
         from workers.engine.trainer import Trainer
 
-        target = None if checkpoint is None else CheckpointTarget.from_dict(checkpoint)
-        self._trainer = Trainer(spec, target)
-        self._timeline["built"] = time.time()  # the model built (and a checkpoint loaded)
+        # Recovery in place needs a peer to hold this rank's copy, and a snapshot interval.
+        in_place = in_place_for(spec, self.world_size)
+        restore = self._join_next_group() if not self._rejoin.empty() else None
+        by_step: dict[int, dict] = {}  # this call's rows: a step redone after a recovery once
         self._timeline.pop("compiled", None)  # an earlier train's, on this actor
-        if self._trainer.warm_up():  # train.compile: the blocks compiled before the first step
-            self._timeline["compiled"] = time.time()
-        # Rows a checkpoint carried (not read before the last group ended)
-        # come first, marked: the driver records those it does not have.
-        self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
-        self._metrics = [{**row, "replayed": True} for row in self._trainer.state.unrecorded()]
-        rows = self._trainer.run(self._record, stop_after, should_stop=self._should_stop)
+        while True:
+            try:
+                self._trainer = Trainer(spec, checkpoint, restore=restore,
+                                        snapshots=self._own if restore is not None else None)
+                self._timeline.setdefault("built", time.time())  # the model built (and loaded)
+                if self._trainer.warm_up():  # train.compile: the blocks compiled before the first step
+                    self._timeline.setdefault("compiled", time.time())
+                # Rows a checkpoint carried (not read before the last group ended)
+                # come first, marked: the driver records those it does not have.
+                self._trainer.acknowledges = self.rank == 0  # the driver reads rank 0's rows
+                if restore is None or not self._metrics:  # a start, or a replacement's
+                    self._metrics = [{**row, "replayed": True}
+                                     for row in self._trainer.state.unrecorded()]
+                rows = self._trainer.run(self._record, stop_after, should_stop=self._should_stop,
+                                         on_snapshot=self._sender.send if in_place else None)
+                by_step.update((row["step"], row) for row in rows)
+                if self._trainer.stop_reason != "move":
+                    break
+                self._move_out()
+                restore = self._join_next_group()
+            except Exception as e:
+                if not (in_place and distributed.is_peer_failure(e)):
+                    raise
+                logger.warning("rank %d: a peer is gone (%s): waiting to join the group's next "
+                               "process group", self.rank, str(e).split("\n", 1)[0])
+                self._leave_group()
+                restore = self._join_next_group()
         # Stopped short by a preemption notice (here or on another rank): the
         # driver requeues the job rather than calling it done.
-        return rows, "preempted" if self._trainer.stop_reason == "preempted" else "done"
+        state = "preempted" if self._trainer.stop_reason == "preempted" else "done"
+        return [by_step[step] for step in sorted(by_step)], state
 
-    def _prepare(self, spec: JobSpec, checkpoint: dict | None,
+    # -- recovery in place ---------------------------------------------------------
+
+    def request_move(self, holder: Any = None) -> None:
+        """Some ranks of this group move to other nodes: at the next step
+        boundary (the ranks agree on which) every rank snapshots in memory and
+        leaves the process group, to join the next one from that step. A
+        moving rank (`holder`: a staying rank's actor) first hands its
+        snapshot to `holder`, from which its replacement takes it."""
+        self._move_holder = holder
+        self._move_requested = True
+
+    def _move_out(self) -> None:
+        """The ranks stopped to move: hand this rank's snapshot of the step to
+        its holder (a moving rank), then leave the group."""
+        holder, self._move_holder, self._move_requested = self._move_holder, None, False
+        if holder is not None and self._trainer.snapshot is not None:
+            self._peer = holder
+            self._sender.send(self._trainer.snapshot)
+            if not self._sender.flush():
+                raise RuntimeError(f"rank {self.rank}: its snapshot did not reach the rank holding "
+                                   "it for the move in time")
+        self._leave_group()
+
+    def _leave_group(self) -> None:
+        """The process group broke (a peer is gone): keep this rank's latest
+        snapshot, drop the trainer (its model is bound to the broken group)
+        and abandon the group, so peers still in a collective with this rank
+        fail at once."""
+        self._state = "recovering"
+        trainer = getattr(self, "_trainer", None)
+        self._trainer = None  # type: ignore[assignment]  # none until the next group's is built
+        if trainer is not None and trainer.snapshots:
+            self._own = list(trainer.snapshots)
+        del trainer
+        distributed.abandon_process_group()
+
+    def _join_next_group(self) -> Any:
+        """Wait for the group's plan (`rejoin`), fetch this rank's snapshot of
+        the plan's step (its own, or from the rank that holds its copy) and
+        join the new process group; the snapshot's payload, to restore."""
+        self._state = "recovering"
+        try:
+            plan = self._rejoin.get(timeout=REJOIN_TIMEOUT_S)
+        except queue.Empty:
+            raise RuntimeError(f"rank {self.rank}: no new process group within "
+                               f"{REJOIN_TIMEOUT_S:g} s of losing a peer") from None
+        if plan.source is None:
+            own = [snapshot for snapshot in self._own if snapshot.step == plan.step]
+            if not own:
+                raise RuntimeError(f"rank {self.rank}: asked to restore its own snapshot of step "
+                                   f"{plan.step}, holds {[s.step for s in self._own]}")
+            payload = own[0].payload()
+        else:
+            payload = ray.get(plan.source.held_snapshot.remote(self.rank, plan.step),
+                              timeout=REJOIN_TIMEOUT_S)
+            if payload is None:
+                raise RuntimeError(f"rank {self.rank}: the peer holding its copy has no snapshot "
+                                   f"of step {plan.step}")
+        self._peer = plan.peer
+        self.setup(plan.addr, plan.port, plan.timeout_s, plan.join_timeout_s)
+        self._state = "running"
+        return payload
+
+    def rejoin(self, plan: Rejoin) -> None:
+        """The group's next process group and the step to restore (a
+        surviving rank waiting in `train` picks it up)."""
+        self._rejoin.put(plan)
+
+    def set_peer(self, peer: Any) -> None:
+        """The rank actor that holds this rank's snapshot copies."""
+        self._peer = peer
+
+    def hold_snapshot(self, rank: int, payload: Any) -> int:
+        """Keep rank `rank`'s snapshot copy (replacing its previous one); its step."""
+        self._held[rank] = payload
+        return payload.step
+
+    def held_snapshot(self, rank: int, step: int) -> Any:
+        """Rank `rank`'s snapshot copy of `step`, or None where this rank holds another."""
+        payload = self._held.get(rank)
+        return payload if payload is not None and payload.step == step else None
+
+    def holdings(self) -> dict:
+        """The steps of the snapshots this rank holds: its own and its peers'
+        (workers/cluster/in_place.py `Holdings`), whether it waits to rejoin, and
+        the step its training had reached (None before it built one)."""
+        trainer = getattr(self, "_trainer", None)
+        own = trainer.snapshots if trainer is not None and trainer.snapshots else self._own
+        return {"rank": self.rank, "own": tuple(snapshot.step for snapshot in own),
+                "held": {rank: p.step for rank, p in self._held.items()},
+                "state": self._state, "generation": self._generation,
+                "step": trainer.step if trainer is not None else None}
+
+    def _prepare(self, spec: JobSpec, checkpoint: CheckpointTarget | None,
                  stop_after: int | None) -> tuple[list[dict], str]:
         """A dataset's preparation (kind 'prepare'): its steps are files."""
         from workers.datasets.prepare_job import prepare_on_ranks
@@ -201,6 +343,7 @@ class RankActor:
             "step": trainer.step if trainer is not None else None,
             "error": self._error,
             "sigterm": self._sigterm_at is not None,
+            "generation": self._generation,  # process groups joined: a recovery adds one
         }
 
     def request_stop(self) -> None:
@@ -209,11 +352,13 @@ class RankActor:
         self._stop_requested = True
 
     def _should_stop(self) -> int:
-        from workers.engine.trainer import STOP_PREEMPTED, STOP_REQUESTED
+        from workers.engine.trainer import STOP_MOVE, STOP_PREEMPTED, STOP_REQUESTED
 
         if self._sigterm_at is not None:
             return STOP_PREEMPTED
-        return STOP_REQUESTED if self._stop_requested else 0
+        if self._stop_requested:
+            return STOP_REQUESTED
+        return STOP_MOVE if self._move_requested else 0
 
     # -- the preemption notice --------------------------------------------------
 
@@ -287,8 +432,8 @@ class RankActor:
 
 
 # The entry point of each kind of job (`JobSpec.kind`): (the rank, the spec,
-# the checkpoint target as a dict, stop_after) -> (its rows, the final state).
-ENTRY_POINTS: dict[str, Callable[[RankActor, JobSpec, dict | None, int | None],
+# the checkpoint target, stop_after) -> (its rows, the final state).
+ENTRY_POINTS: dict[str, Callable[[RankActor, JobSpec, CheckpointTarget | None, int | None],
                                  tuple[list[dict], str]]] = {
     "train": RankActor._train,
     "prepare": RankActor._prepare,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import RayError, RayTaskError
 
 from workers.cluster.errors import RankError, RankFailedError, RankHungError, RankLostError
+from workers.cluster.rank_info import RankInfo, rank_where
 
 POLL_S = 0.5  # how often a wait looks at its ranks
 BLAME_GRACE_S = 3.0  # once a rank raises, how long to look for a lost rank that made it raise
@@ -26,7 +27,7 @@ _ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the remote function's
 
 
 def await_ranks(
-    refs: list, timeout_s: float | None, node_infos: list[dict], shutdown: Callable[[], None]
+    refs: list, timeout_s: float | None, node_infos: Sequence[RankInfo], shutdown: Callable[[], None]
 ) -> list | None:
     """The results of one call per rank (refs[i] is rank i's), or None if some
     are still running after `timeout_s` (None: no limit). The first lost or
@@ -35,7 +36,7 @@ def await_ranks(
 
 
 def await_answers(
-    refs: list, timeout_s: float, node_infos: list[dict], shutdown: Callable[[], None],
+    refs: list, timeout_s: float, node_infos: Sequence[RankInfo], shutdown: Callable[[], None],
     failure: Callable[[Any], str | None],
 ) -> list:
     """The answers of a quick call per rank (a status query), or a RankError
@@ -49,7 +50,7 @@ def await_answers(
 
 
 def _wait(
-    refs: list, timeout_s: float | None, node_infos: list[dict], shutdown: Callable[[], None],
+    refs: list, timeout_s: float | None, node_infos: Sequence[RankInfo], shutdown: Callable[[], None],
     failure: Callable[[Any], str | None] | None = None,
 ) -> list | None:
     """await_ranks, and with `failure` await_answers."""
@@ -76,13 +77,8 @@ def _wait(
     return [results[rank] for rank in range(len(refs))]
 
 
-def _where(rank: int, node_infos: list[dict]) -> str:
-    info = node_infos[rank] if rank < len(node_infos) else None
-    return f"rank {rank} (pid {info['pid']}, node {info['node_ip']})" if info else f"rank {rank}"
-
-
 def _blame(
-    errors: list[RankError], pending: list, rank_of: dict, results: dict, node_infos: list[dict],
+    errors: list[RankError], pending: list, rank_of: dict, results: dict, node_infos: Sequence[RankInfo],
     hung_after_s: float | None = None,
 ) -> RankError:
     """The error to report: a lost rank before a failed one, then the lowest
@@ -98,7 +94,7 @@ def _blame(
         errors = errors + _collect(more, rank_of, results, node_infos)
     if hung_after_s is not None and pending and not any(isinstance(e, RankLostError) for e in errors):
         hung = sorted(rank_of[ref] for ref in pending)
-        message = "; ".join(f"{_where(rank, node_infos)} did not answer within {hung_after_s:g} s: "
+        message = "; ".join(f"{rank_where(rank, node_infos)} did not answer within {hung_after_s:g} s: "
                             "hung (stopped, or stuck)" for rank in hung)
         if errors:
             message += "; meanwhile " + "; ".join(str(e).split("\n", 1)[0] for e in errors)
@@ -107,7 +103,7 @@ def _blame(
 
 
 def _collect(
-    done: list, rank_of: dict, results: dict[int, Any], node_infos: list[dict]
+    done: list, rank_of: dict, results: dict[int, Any], node_infos: Sequence[RankInfo]
 ) -> list[RankError]:
     """Store the finished calls' results; return the errors of the failed ones."""
     errors = []
@@ -120,10 +116,9 @@ def _collect(
     return errors
 
 
-def rank_error(rank: int, e: RayError, node_infos: list[dict]) -> RankError:
+def rank_error(rank: int, e: RayError, node_infos: Sequence[RankInfo]) -> RankError:
     """`e` (from a call on rank `rank`) as RankFailedError or RankLostError."""
-    info = node_infos[rank] if rank < len(node_infos) else None
-    where = f"pid {info['pid']}, node {info['node_ip']}" if info else "not started"
+    where = node_infos[rank].where if rank < len(node_infos) else "not started"
     text = _ANSI_COLOR.sub("", str(e)).strip()
     if isinstance(e, RayTaskError):  # the rank's code raised: the summary, then its traceback
         summary = f"{type(e.cause).__name__}: {e.cause}"

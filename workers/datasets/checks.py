@@ -1,5 +1,7 @@
-"""What can be known of a job's token data before it runs, read where the
-service takes the job (torch-free): the index parses, the shards are there
+"""What can be known of a job's data before it runs, read where the
+service takes the job (torch-free): a byte-level file (`data.source: uri`)
+is a file that can be read and holds a window (`workers.datasets.byte_file`);
+for token data, the index parses, the shards are there
 at their sizes (and, for a dataset of at most SUBMIT_CHECKSUM_BYTES, their
 sha256 matches), the tokenizer parses, and the model's vocabulary covers
 the dataset's; a mixture's datasets (`data.mix`) share one tokenizer. A
@@ -17,21 +19,22 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
+from workers.datasets.byte_file import check_byte_file
 from workers.datasets.errors import DataError
 from workers.datasets.index import DatasetIndex, join, read_index
 from workers.datasets.integrity import check_shard_sizes, verify_checksums
 from workers.datasets.storage import data_storage_options
 from workers.datasets.text import check_text_file
 from workers.datasets.tokenizer import eod_id, load_tokenizer, vocab_size
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 T = TypeVar("T")
 SUBMIT_CHECKSUM_BYTES = 64 << 20  # datasets up to this are checksummed at submit too
 
 
 def check_job_data(spec: JobSpec, storage_options: dict | None = None) -> None:
-    """SpecError (naming the field and the file) unless the job's token data
-    looks usable; nothing to do for byte or synthetic data."""
+    """SpecError (naming the field and the file) unless the job's data
+    looks usable; nothing to do for the builtin corpus or synthetic data."""
     data, vocab = spec.data, spec.model.vocab_size
     storage_options = data_storage_options(storage_options)
     if data.source == "tokens" and data.mix is not None:
@@ -39,6 +42,9 @@ def check_job_data(spec: JobSpec, storage_options: dict | None = None) -> None:
     elif data.source == "tokens":
         assert data.uri is not None
         _at("data.uri", lambda: check_token_dataset(data.uri or "", vocab, storage_options))
+    elif data.source == "uri":
+        assert data.uri is not None
+        _at("data.uri", lambda: check_byte_file(data.uri or "", spec.model.seq_len, storage_options))
     elif data.source == "text":
         assert data.uri is not None and data.tokenizer is not None
         _at("data.tokenizer", lambda: check_tokenizer(data.tokenizer or "", vocab, storage_options))

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from workers.datasets.prepare import FileResult, tokenize_file, tokenizer_of, write_index
 from workers.datasets.storage import data_storage_options
-from workers.spec import PrepareSpec
+from workers.schema import PrepareSpec
+from workers.schema.metrics_row import MetricRow
 
 
 def prepare_on_ranks(spec: PrepareSpec, record: Callable[[dict], None]) -> list[dict]:
@@ -48,10 +49,10 @@ def prepare_on_ranks(spec: PrepareSpec, record: Callable[[dict], None]) -> list[
             if result is None:
                 continue
             results.append(result)
-            row = {"step": first + k + 1, "file": result.file.rsplit("/", 1)[-1],
-                   "tokens": result.tokens, "documents": result.documents,
-                   "shards": len(result.shards), "file_s": result.seconds,
-                   "tokens_per_s": result.tokens / max(result.seconds, 1e-9)}
+            row = MetricRow(step=first + k + 1, file=result.file.rsplit("/", 1)[-1],
+                            tokens=result.tokens, documents=result.documents,
+                            shards=len(result.shards), file_s=result.seconds,
+                            tokens_per_s=result.tokens / max(result.seconds, 1e-9)).as_dict()
             rows.append(row)
             record(row)
     if rank == 0:

@@ -13,7 +13,7 @@ from workers.datasets.mixture import MixtureSource
 from workers.datasets.storage import data_storage_options
 from workers.datasets.text import TextSource
 from workers.datasets.token_shards import TokenShardSource, split_windows
-from workers.spec import DataSpec, EvalSpec, ModelSpec
+from workers.schema import DataSpec, EvalSpec, ModelSpec
 
 EVAL_SEED_SALT = 0x5EED_E7A1  # the held-out set's order is not the training order
 

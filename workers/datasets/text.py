@@ -53,6 +53,8 @@ def iter_documents(uri: str, field: str = "text", storage_options: dict | None =
                 yield from _parquet(f, uri, field)
     except FileNotFoundError:
         raise DataError(uri, "input file not found") from None
+    except IsADirectoryError:
+        raise DataError(uri, "is a folder, not an input file") from None
 
 
 def _jsonl(f, uri: str, field: str) -> Iterator[str]:
@@ -112,9 +114,16 @@ def check_text_file(uri: str, storage_options: dict | None = None) -> None:
     file_format(uri)
     fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
     try:
-        size = fs.info(path)["size"]
-    except OSError:
+        info = fs.info(path)
+        if info.get("type") == "directory":
+            raise DataError(uri, "is a folder, not a text dataset file")
+        size = info["size"]
+        with fs.open(path, "rb") as f:  # readable, not only listed
+            f.read(1)
+    except FileNotFoundError:
         raise DataError(uri, "text dataset not found") from None
+    except OSError as e:  # a folder opened, permissions, a store that refuses
+        raise DataError(uri, f"cannot read the text dataset ({type(e).__name__}: {e})") from None
     if size > TEXT_MAX_BYTES:
         raise DataError(uri, f"{size} bytes is more than a text dataset read directly may hold "
                              f"({TEXT_MAX_BYTES}); prepare it into token shards (brigade data prepare)")

@@ -1,7 +1,7 @@
 """An adapter job's exports: its LoRA adapters as a PEFT adapter directory, or
 merged into its base as a plain Hugging Face model.
 
-    adapter_plan   adapter_config.json (`workers.spec.peft_format.peft_config`)
+    adapter_plan   adapter_config.json (`workers.schema.peft_format.peft_config`)
                    and adapter_model.safetensors: every lora_A and lora_B of
                    the checkpoint under PEFT's key for it, in the export's dtype
     merged_plan    every tensor of the base (`init.uri`, read again: an adapter
@@ -28,10 +28,10 @@ from checkpoints.errors import CheckpointInvalid
 from checkpoints.safetensors_io import SafetensorsReader, TensorEntry, to_numpy
 from workers.datasets.storage import data_storage_options
 from workers.engine.export_plan import SAFETENSORS_DTYPE, CheckpointTensors, ExportPlan
-from workers.spec import ModelSpec
-from workers.spec.adapter import AdapterSpec
-from workers.spec.hf_format import tensor_shapes
-from workers.spec.peft_format import (
+from workers.schema import ModelSpec
+from workers.schema.adapter import AdapterSpec
+from workers.schema.hf_format import tensor_shapes
+from workers.schema.peft_format import (
     ADAPTER_CONFIG_FILE,
     ADAPTER_WEIGHTS_FILE,
     adapter_tensor_shapes,

@@ -1,4 +1,4 @@
-"""Adapters on a sharded model (the job's `adapter`, workers/spec/adapter.py).
+"""Adapters on a sharded model (the job's `adapter`, workers/schema/adapter.py).
 
     add_adapters(model, job)     on the meta-device model, before TP and FSDP:
                                  each targeted `nn.Linear` of every block becomes
@@ -34,7 +34,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from workers.engine.sharding import DTYPES
 from workers.models.lora import LoraLinear, is_adapter
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 
 def add_adapters(model: nn.Module, job: JobSpec) -> int:

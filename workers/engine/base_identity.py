@@ -20,7 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from workers.engine.errors import BaseMismatch
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 
 def base_identity(job: JobSpec) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from torch.distributed.tensor import DTensor
 
 from workers.models.llama import hf_init
 from workers.models.lora import is_adapter
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 # Wrappers that put a prefix into parameter names (activation checkpointing,
 # torch.compile): a parameter's name, and so its seed, must not depend on them.

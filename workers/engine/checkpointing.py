@@ -26,7 +26,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.stateful import ModelAndOptimizer
 from workers.engine.base_identity import check_base
 from workers.engine.train_state import TrainState
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,12 @@ class TrainerCheckpoints:
             for skipped in result.skipped:
                 logger.warning("checkpoint step %d passed over: %s", skipped.step, skipped.reason)
         return result
+
+    def rewind(self, step: int) -> None:
+        """The run goes on from an in-memory snapshot of `step`: the steps saved
+        after it are deleted (a dead branch), the next save is of a later step."""
+        self.checkpointer.rewind(step)
+        self.last_saved = None
 
     def due(self, step: int) -> bool:
         every = self.policy.every_steps

@@ -6,7 +6,7 @@ Where. `compile_blocks` replaces each block of the decoder by
 `torch.compile(block)` inside the sharded build (`shard_model`,
 workers/engine/sharding.py): after activation checkpointing has wrapped it
 (the recomputation is compiled too), before `fully_shard` makes it a unit.
-Not with tensor parallelism: the spec refuses it (workers/spec/job.py), as
+Not with tensor parallelism: the spec refuses it (workers/schema/job.py), as
 compiled tensor-parallel blocks left the eager loss curve on gloo (5.7e-3
 after 5 steps, torch 2.13) and failed to run with activation checkpointing.
 FSDP's hooks (the all-gather before a unit, the reduce-scatter after its

@@ -46,6 +46,8 @@ meaning at another world size). What is lost is the one step's residual, at
 most half an int8 quantisation step per value: tests/workers/engine/test_compression.py
 checks that the resumed losses stay within 0.1% of the uninterrupted run's
 (measured: 1.6e-5 at most, steps 11-30 of a tiny GPT resumed at step 10).
+An in-memory snapshot, restored at the same world size, carries them
+(workers/engine/snapshot.py): that restore is exact.
 
 Where the shard group has one rank (world size 1, hybrid_shard with shard
 groups of one) FSDP issues no reduce-scatter and nothing is compressed.

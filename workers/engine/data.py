@@ -3,7 +3,7 @@
 Sample `i` of a job is the same tokens whatever the world size; a step takes
 the next `global_batch` indices and rank `r` of `n` takes a contiguous range
 of them, the batch split as evenly as it goes (8 over 3: indices 0-2, 3-5,
-6-7; `workers.spec.split_evenly`). The cursor (the next global sample index) is all a
+6-7; `workers.schema.split_evenly`). The cursor (the next global sample index) is all a
 checkpoint needs to continue the exact order; a mixture's (`data.mix`,
 `workers.datasets.mixture`) carries its members' cursors beside it.
 """
@@ -20,9 +20,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workers.datasets.byte_file import min_bytes, read_byte_file
+from workers.datasets.errors import DataError
 from workers.datasets.mixture import MixtureSource
 from workers.datasets.order import mix64
-from workers.spec import DataSpec, EvalSpec, ModelSpec, split_evenly
+from workers.schema import DataSpec, EvalSpec, ModelSpec, split_evenly
 
 BUILTIN_CORPUS_BYTES = 1 << 20  # 1 MiB of the Python standard library's source
 
@@ -50,11 +52,9 @@ class ByteCorpusSource:
     """Windows of seq_len+1 bytes at offsets drawn from (seed, index)."""
 
     def __init__(self, data: np.ndarray, seed: int, seq_len: int, name: str):
-        if len(data) < seq_len + 2:
-            raise ValueError(
-                f"data {name}: {len(data)} bytes is too short for seq_len {seq_len} "
-                f"(needs at least {seq_len + 2})"
-            )
+        if len(data) < min_bytes(seq_len):  # the data's fault: a DataError, not restarted
+            raise DataError(name, f"{len(data)} bytes is too short for seq_len {seq_len} "
+                                  f"(needs at least {min_bytes(seq_len)})")
         self.data, self.seed, self.seq_len = data, seed, seq_len
         self.windows = len(data) - seq_len - 1
 
@@ -81,11 +81,10 @@ def builtin_corpus() -> np.ndarray:
     return np.frombuffer(b"".join(chunks)[:BUILTIN_CORPUS_BYTES], dtype=np.uint8)
 
 
-def read_bytes(uri: str) -> np.ndarray:
-    import fsspec
-
-    with fsspec.open(uri, "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8)
+def read_bytes(uri: str, seq_len: int) -> np.ndarray:
+    """A byte-level data file, whole, through the data's storage options
+    (`workers.datasets.byte_file`: a DataError naming it where it is not one)."""
+    return np.frombuffer(read_byte_file(uri, seq_len), dtype=np.uint8)
 
 
 def build_source(data: DataSpec, model: ModelSpec, seed: int,
@@ -108,7 +107,7 @@ def build_source(data: DataSpec, model: ModelSpec, seed: int,
     if data.source == "builtin":
         return ByteCorpusSource(builtin_corpus(), seed, model.seq_len, "builtin corpus")
     assert data.uri is not None  # the spec requires it with source 'uri'
-    return ByteCorpusSource(read_bytes(data.uri), seed, model.seq_len, data.uri)
+    return ByteCorpusSource(read_bytes(data.uri, model.seq_len), seed, model.seq_len, data.uri)
 
 
 @dataclass

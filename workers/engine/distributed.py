@@ -8,6 +8,7 @@ which only describe the group (the control plane) stay torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass
@@ -62,15 +63,18 @@ def watchdog_env(backend: str, timeout_s: float) -> dict[str, str]:
     gloo needs nothing: its collectives raise once the group's `timeout`
     passes (or at once when a peer's socket closes). NCCL's collectives run on
     GPU streams and never raise by themselves: its watchdog thread must be on,
-    and async error handling must tear the communicator (and the process)
-    down when a collective times out or a peer aborts, so the actor dies and
-    Ray reports it. The heartbeat monitor kills a watchdog that is itself
-    stuck (e.g. inside a CUDA call) a while after the collective timeout.
+    and async error handling must abort the communicator when a collective
+    times out or a peer aborts, so that the rank's pending work fails. The
+    process stays (mode 2, clean-up only): a survivor of a lost peer joins
+    the group's next process group (recovery in place, `abandon_process_group`)
+    and a rank that cannot fails its train call, which Ray reports. The
+    heartbeat monitor kills a watchdog that is itself stuck (e.g. inside a
+    CUDA call) a while after the collective timeout.
     """
     if backend != "nccl":
         return {}
     return {
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # abort the communicator, then the process
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",  # abort the communicator, keep the process
         "TORCH_NCCL_ENABLE_MONITORING": "1",  # watch the watchdog
         "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(max(60, 2 * timeout_s))),
         "TORCH_NCCL_BLOCKING_WAIT": "0",  # the watchdog, not the caller, handles timeouts
@@ -209,4 +213,45 @@ def destroy_process_group() -> None:
         # destroying while a peer still has work in flight can abort().
         dist.barrier()
     finally:
+        dist.destroy_process_group()
+
+
+# What a collective raises when a peer of the group died or left it: gloo's
+# transport (a closed or reset connection, a read from a peer that is gone, a
+# timeout) and NCCL's aborted communicator. A rank that sees one of these lost
+# a peer; it did not fail by itself (`is_peer_failure`).
+PEER_FAILURE_MARKS = (
+    "Connection closed by peer", "Connection reset by peer", "Read error", "Write error",
+    "Timed out waiting", "Socket Timeout", "NCCL communicator was aborted",
+    "NCCL Error", "ncclRemoteError", "ProcessGroup was aborted",
+)
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """Whether `error`, raised by a collective, says a peer is gone (the
+    process group is broken, this rank is not): a rank that keeps its process
+    may join a new group (recovery in place)."""
+    from torch.distributed import DistError
+
+    if isinstance(error, DistError):  # a backend's, the network's or the store's
+        return True
+    return isinstance(error, RuntimeError) and any(mark in str(error) for mark in PEER_FAILURE_MARKS)
+
+
+def abandon_process_group() -> None:
+    """Leave the default process group, broken or not: its communicators are
+    aborted first where the backend can (NCCL: the same path as gloo's, whose
+    sockets close as the group is destroyed), so that the peers still waiting
+    in a collective with this rank fail at once rather than at the timeout.
+    Safe to call with no group."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return
+    abort = getattr(c10d, "_abort_process_group", None)
+    if abort is not None and dist.get_backend() == "nccl":
+        with contextlib.suppress(Exception):  # already torn down by the watchdog
+            abort()
+    with contextlib.suppress(Exception):  # a broken group may refuse a clean destroy: gone anyway
         dist.destroy_process_group()

@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from workers.engine.data import RankBatches, SampleSource
-from workers.spec import EvalSpec, JobSpec
+from workers.schema import EvalSpec, JobSpec
 
 if TYPE_CHECKING:
     from workers.engine.prefetch import BatchPrefetch

@@ -45,15 +45,16 @@ from checkpoints.safetensors_io import (
 )
 from workers.datasets.storage import data_storage_options
 from workers.engine.export_plan import SAFETENSORS_DTYPE, CheckpointTensors, ExportPlan
-from workers.spec import ModelSpec
-from workers.spec.adapter import AdapterSpec
-from workers.spec.hf_format import CARRIED_FILES, exported_config, hf_config, tensor_shapes
+from workers.schema import ModelSpec
+from workers.schema.adapter import AdapterSpec
+from workers.schema.hf_format import CARRIED_FILES, exported_config, hf_config, tensor_shapes
 
 
 def export_request(target: dict, model: ModelSpec, step: int, dtype: str,
                    max_shard_bytes: int, base_uri: str | None = None, kind: str = "model",
                    adapter: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What `export_checkpoint` takes, as plain data (it travels to a Ray task). `base_uri`:
+    """What `export_checkpoint` takes, as plain data (it travels to a Ray task, or a
+    process's arguments): `target` is the job's `CheckpointTarget.to_dict()`. `base_uri`:
     the Hugging Face directory the job started from (`init.uri`), whose config and tokenizer
     the export keeps (and, for kind "merged", whose weights the adapters merge into);
     `adapter`: the job's `adapter` section as JSON (kinds "adapter" and "merged")."""

@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from checkpoints.checkpointer import Checkpointer
-from checkpoints.safetensors_io import SafetensorsReader
+from checkpoints.safetensors_io import SafetensorsError, SafetensorsReader
 from checkpoints.stateful import ModelAndOptimizer, ModelOnly
+from workers.datasets.storage import data_storage_options
 from workers.engine.build import (
     SeededInit,
     WeightSource,
@@ -41,7 +42,7 @@ from workers.engine.build import (
 from workers.engine.shard_reads import read_local
 from workers.engine.train_state import TrainState
 from workers.models.lora import lora_init
-from workers.spec import AdapterSpec, InitSpec, JobSpec, SpecError
+from workers.schema import AdapterSpec, InitSpec, JobSpec, SpecError
 
 if TYPE_CHECKING:
     from checkpoints import CheckpointTarget
@@ -52,10 +53,16 @@ class HuggingFaceWeights:
     """Weights from a Hugging Face model directory at `uri` (any fsspec URI)."""
 
     uri: str
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    storage_options: Mapping[str, Any] = field(default_factory=data_storage_options)  # as the service read it
 
     def __post_init__(self) -> None:
-        self.reader = SafetensorsReader(self.uri, self.storage_options)
+        try:
+            self.reader = SafetensorsReader(self.uri, self.storage_options)
+        except FileNotFoundError as e:  # the spec's to fix: a SpecError, not restarted
+            raise SpecError("init.uri", f"init.uri: {self.uri} has no such file "
+                                        f"({e.args[0] if e.args else e})") from None
+        except SafetensorsError as e:  # not a model directory; another OSError may pass: restarted
+            raise SpecError("init.uri", f"init.uri: {e}") from None
 
     def fill(self, model: nn.Module) -> None:
         """Write every parameter's local shard from the files."""

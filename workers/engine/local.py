@@ -3,7 +3,7 @@
     python -m workers.engine.local --config job.yaml            # one process
     torchrun --nproc-per-node 2 -m workers.engine.local --config job.yaml
 
-The YAML is a job spec, the same as `POST /v1/jobs` takes (`workers.spec`).
+The YAML is a job spec, the same as `POST /v1/jobs` takes (`workers.schema`).
 Rank 0 prints one JSON line of metrics per step. The same `Trainer` runs in
 the Ray rank actors; this path is for debugging and for measuring our overhead.
 """
@@ -15,11 +15,11 @@ import json
 import sys
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from workers.engine.distributed import destroy_process_group, init_from_env, init_single_process
-from workers.spec import JobSpec, SpecError, explain
+from workers.schema import JobSpec, SpecError, explain
+from workers.schema.spec_yaml import load_spec_yaml
 
 
 def load_spec(path: str | None, overrides: list[str]) -> JobSpec:
@@ -28,7 +28,7 @@ def load_spec(path: str | None, overrides: list[str]) -> JobSpec:
     raw: dict[str, Any] = {}
     if path:
         with open(path) as f:
-            loaded = yaml.safe_load(f) or {}
+            loaded = load_spec_yaml(f.read()) or {}
         if not isinstance(loaded, dict):
             raise SpecError("spec", f"{path}: a job spec is a mapping, got {type(loaded).__name__}")
         raw = loaded
@@ -40,10 +40,10 @@ def load_spec(path: str | None, overrides: list[str]) -> JobSpec:
         node = raw
         for name in parents:
             node = node.setdefault(name, {})
-        node[leaf] = yaml.safe_load(value)
+        node[leaf] = load_spec_yaml(value)  # `--set train.lr=1e-3`: a number
     spec = JobSpec.model_validate(raw)
     if spec.model.config_uri is not None:  # an operator's own file: no tenant prefix here
-        from workers.spec.hf_config import resolve_config_uri
+        from workers.schema.hf_config import resolve_config_uri
 
         spec = resolve_config_uri(spec, spec.model.config_uri)
     return spec

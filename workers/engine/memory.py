@@ -9,7 +9,7 @@ The theory of a step's peak, per rank (FSDP only, tp = 1):
 
 - state: the engine's `mem_theory_bytes` metric (workers/engine/metrics.py):
   fp32 params and grads, 8 B x P / N, and the optimizer's state as its
-  descriptor counts it (workers/spec/recipes.py): with AdamW 16 B x P / N in
+  descriptor counts it (workers/schema/recipes.py): with AdamW 16 B x P / N in
   all, the primer's figure;
 - the largest FSDP unit while it is computed: its gathered params and its
   unsharded gradient (before the reduce-scatter), in the params' and the
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from workers.engine.metrics import mem_theory_bytes
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 MMAP_THRESHOLD_BYTES = 4 << 20  # blocks above it are mmapped, and unmapped when freed
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter numbers (malloc.h)

@@ -1,5 +1,5 @@
 """The built-in elementwise optimizers' builders (the `brigade.optimizers`
-entry points name them through `workers/spec/recipes.py`).
+entry points name them through `workers/schema/recipes.py`).
 
     build_adamw(model, train) -> torch.optim.AdamW   (the default)
     build_adam(model, train)  -> torch.optim.Adam
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from workers.spec import TrainSpec
+from workers.schema import TrainSpec
 
 
 def decay_groups(params: Iterable[torch.nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ filled after the base's weights as the model is built and sharded
 
 `PeftAdapterWeights(uri, job.adapter).fill(model)` checks the directory's
 adapter_config.json against the job's `adapter` (its rank, alpha and
-targets must be the file's: `workers.spec.peft_format.open_adapter`, as the
+targets must be the file's: `workers.schema.peft_format.open_adapter`, as the
 service checks it at submit), then writes every `lora_A` / `lora_B`
 parameter's local shard from adapter_model.safetensors at the parameter's
 PEFT key, reading only the box the shard covers, as `HuggingFaceWeights`
@@ -24,9 +24,9 @@ from torch import nn
 from workers.datasets.storage import data_storage_options
 from workers.engine.build import adapter_tensors
 from workers.engine.shard_reads import read_local
-from workers.spec import SpecError
-from workers.spec.adapter import AdapterSpec
-from workers.spec.peft_format import ADAPTER_WEIGHTS_FILE, open_adapter, peft_key
+from workers.schema import SpecError
+from workers.schema.adapter import AdapterSpec
+from workers.schema.peft_format import ADAPTER_WEIGHTS_FILE, open_adapter, peft_key
 
 
 @dataclass

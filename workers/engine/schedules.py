@@ -1,5 +1,5 @@
 """The built-in learning-rate schedules (the `brigade.schedules` entry points
-name them through `workers/spec/recipes.py`): `lr(step, total_steps, train)`,
+name them through `workers/schema/recipes.py`): `lr(step, total_steps, train)`,
 where `step` counts the optimizer steps taken before this one (0 first).
 
 Each warms up linearly over `train.warmup_steps` (step s gives
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from workers.spec import TrainSpec
+from workers.schema import TrainSpec
 
 
 def warmup(step: int, train: TrainSpec) -> float | None:

@@ -44,7 +44,7 @@ from torch.distributed.fsdp import (
 
 from workers.engine.compilation import compile_blocks
 from workers.models import Decoder
-from workers.spec import Dtype, ShardingSpec
+from workers.schema import Dtype, ShardingSpec
 
 # The spec's dtype names are torch's own: the allowed values stay written once.
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in get_args(Dtype)}

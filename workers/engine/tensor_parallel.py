@@ -57,7 +57,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
-from workers.spec import JobSpec, ModelSpec, ShardingSpec
+from workers.schema import JobSpec, ModelSpec, ShardingSpec
 
 TP_DIM = "tp"
 

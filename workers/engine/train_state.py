@@ -9,6 +9,7 @@ keys are those the manifests have always had: step, data, rng, metrics.
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -71,6 +72,27 @@ class TrainState(Stateful):
         self.batches.load_state_dict(state_dict["data"])
         rng = torch.frombuffer(bytearray(decode_bytes(state_dict["rng"])), dtype=torch.uint8)
         torch.set_rng_state(rng)
+
+
+    # -- in memory (workers/engine/snapshot.py) --------------------------------------
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """`state_dict`'s keys, held in memory rather than written: the RNG
+        state a tensor, the rows as they are (copied, none marked saved)."""
+        return {
+            "step": self.step,
+            "data": copy.deepcopy(self.batches.state_dict()),
+            "rng": torch.get_rng_state(),
+            "metrics": copy.deepcopy(self.unrecorded()),
+        }
+
+    def load_snapshot_state(self, state: dict[str, Any]) -> None:
+        """Back to a `snapshot_state()` (the read-ahead batch dropped)."""
+        self.step = int(state["step"])
+        with self._rows_lock:
+            self._unrecorded = copy.deepcopy(state["metrics"])
+        self.batches.load_state_dict(copy.deepcopy(state["data"]))
+        torch.set_rng_state(state["rng"].clone())
 
 
 def _json_row(row: dict, saved: int) -> dict:

@@ -59,7 +59,7 @@ from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz
 
 from workers.engine.comm import CommCounter
 from workers.engine.optimizers import decay_groups
-from workers.spec import TrainSpec
+from workers.schema import TrainSpec
 
 MUON_MOMENTUM = 0.95  # torch.optim.Muon's defaults, where the spec leaves a knob unset
 MUON_NESTEROV = True
@@ -309,7 +309,7 @@ class WholeMatrixAdafactor(torch.optim.Optimizer):
 
 
 def build_muon(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
-    """`train.optimizer: muon` (workers/spec/recipes.py MUON)."""
+    """`train.optimizer: muon` (workers/schema/recipes.py MUON)."""
     return WholeMatrixMuon(
         model, train,
         momentum=_knob(train, "momentum", MUON_MOMENTUM),
@@ -320,7 +320,7 @@ def build_muon(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
 
 
 def build_adafactor(model: nn.Module, train: TrainSpec) -> torch.optim.Optimizer:
-    """`train.optimizer: adafactor` (workers/spec/recipes.py ADAFACTOR). `train.eps`,
+    """`train.optimizer: adafactor` (workers/schema/recipes.py ADAFACTOR). `train.eps`,
     where the spec sets it, is torch's eps1 (the floor of the squared-gradient
     estimate); unset, torch's (None: the dtype's epsilon, 1e-3)."""
     eps1 = train.eps if "eps" in train.model_fields_set else None

@@ -1,5 +1,5 @@
 """Models the engine can build, by `ModelSpec.family`: the built-ins here,
-every family (an operator's too) through the registry (workers/spec/families.py).
+every family (an operator's too) through the registry (workers/schema/families.py).
 
 Every family exposes the engine's view of a decoder (workers/engine/sharding.py):
 `embedding`, `blocks` (a ModuleList), `head`, and `tied` (the head shares the

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.spec import ModelSpec
+from workers.schema import ModelSpec
 
 
 class CausalSelfAttention(nn.Module):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.spec import ModelSpec
+from workers.schema import ModelSpec
 
 
 def hf_init(name: str, tensor: torch.Tensor, generator: torch.Generator | None) -> None:

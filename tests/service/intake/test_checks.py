@@ -13,14 +13,14 @@ import transformers
 from fastapi.testclient import TestClient
 
 import service.intake.checks as checks_module
-from api.app import create_app
+from api.server.app import create_app
 from service.intake.checks import CHECKS, intake
 from service.intake.data_access import data_prefix
 from service.settings import Settings
 from service.store import JobNotFound, JobStore
 from service.supervisor import Supervisor
 from workers.cluster.errors import CapacityError
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 ROOT = "file:///brigade-data"
 PREFIX = data_prefix(ROOT, "acme")
@@ -50,7 +50,7 @@ def refusal(spec: JobSpec, store: JobStore) -> SpecError:
 def test_the_checks_run_in_the_documented_order():
     documented = re.findall(r"^\d\. `([^`]+)`", inspect.getdoc(checks_module) or "", re.M)
     assert [check.field for check in CHECKS] == documented == [
-        "operator_only", "uris", "model.config_uri", "after", "data", "init", "workers",
+        "operator_only", "tracking.wandb", "uris", "model.config_uri", "after", "data", "init", "workers",
         "resources_per_worker.memory_gb"]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from service.intake.data_access import DataUriRefused, check_data_uri, data_prefix
 from service.settings import Settings
-from workers.spec import SpecError
+from workers.schema import SpecError
 
 ROOT = "file:///srv/brigade/data-store"
 P = f"{ROOT}/tenants/acme/data"  # tenant acme's prefix, without its trailing slash
@@ -153,7 +153,7 @@ def test_a_relative_uri_is_joined_to_the_prefix_and_others_are_kept():
 
 def test_every_uri_of_a_spec_is_resolved_in_place():
     from service.intake.relative_uris import named_uris, resolve_relative
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     spec = JobSpec.model_validate({
         "name": "rel", "model": {"family": "llama"}, "train": {"steps": 2},

@@ -10,7 +10,7 @@ import pytest
 from service.intake.checks import Submission, after, job_data
 from service.intake.data_access import data_prefix
 from service.states import JobState as S
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 ROOT = "file:///brigade-data"
 PREFIX = data_prefix(ROOT, "acme")

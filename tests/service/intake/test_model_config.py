@@ -12,8 +12,8 @@ import transformers
 
 from service.intake.data_access import data_prefix
 from service.intake.model_config import resolve_model
-from workers.spec import JobSpec, SpecError
-from workers.spec.hf_config import model_fields
+from workers.schema import JobSpec, SpecError
+from workers.schema.hf_config import model_fields
 
 SHAPE = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)

@@ -12,7 +12,7 @@ import pytest
 from service.scheduling import Demand, Resources
 from service.states import JobState
 from service.store import QuotaExceeded
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SPEC = JobSpec.model_validate({"model": {"n_layers": 2}, "train": {"steps": 1}})
 N = 3

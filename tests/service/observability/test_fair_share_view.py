@@ -39,3 +39,18 @@ def test_shares_weights_and_quota_use():
     # entitled: over the weights of those wanting workers (a 2, b 1, admin 1); idle wants none
     assert by["a"].entitled == 0.5 and by["b"].entitled == 0.25 and by["admin"].entitled == 0.25
     assert by["idle"].entitled == 0.0 and by["idle"].quota["max_queued_jobs"] is None
+
+
+def test_the_admin_has_a_row_with_jobs_or_without():
+    """The admin key's own jobs are the tenant `admin`'s, which no tenant row holds: it is
+    shown all the same, first, with no quota (the cluster page said "No tenant." beside them)."""
+    running = [job("j1", "admin", JobState.RUNNING, 2)]
+    for active, tenants in (([], []), (running, []), (running, [tenant("a", 3.0)])):
+        rows = tenant_shares(tenants, active, [], {"j1": Resources(cpu=2)}, Resources(cpu=4), {})
+        admin = rows[0]
+        assert admin.tenant == "admin" and admin.weight == 1.0
+        assert admin.quota == {"max_workers": None, "max_gpus": None, "max_running_jobs": None,
+                               "max_queued_jobs": None}
+        assert (admin.running_jobs, admin.workers, admin.share_now) == (
+            (1, 2, 0.5) if active else (0, 0, 0.0))
+        assert [r.tenant for r in rows] == ["admin", *(t.name for t in tenants)]

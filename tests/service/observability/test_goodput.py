@@ -1,11 +1,13 @@
 """A job's time by phase (service/observability/goodput.py) from made-up
 events and metrics rows: each phase on its own, a job still running, a
-suspended one, a restart's recovery and lost steps, and the sum property over
-random event sequences."""
+suspended one, a restart's recovery and lost steps, a recovery in place (and
+one that fell back to a restart), and the sum property over random event
+sequences."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -37,6 +39,18 @@ def events(*story: tuple[float, JobState]) -> list[EventRecord]:
     for time, state in story:
         made.append(EventRecord(len(made) + 1, "j-1", at(time), made[-1].to_state, state, "-"))
     return made
+
+
+def recovered(story: list[EventRecord], time: float, seconds: float, *,
+              in_place: bool = True) -> list[EventRecord]:
+    """`story` with a recovery's event at `time` (from and to the state it was in then),
+    as `JobStore.record_recovery` writes it, in time order."""
+    state = [e for e in story if e.time <= at(time)][-1].to_state
+    event = EventRecord(0, "j-1", at(time), state, state, "-", kind="recovery", detail={
+        "ranks": [1], "from_step": 0, "to_step": 0 if in_place else None, "seconds": seconds,
+        "in_place": in_place, "reason": "lost"})
+    merged = sorted([*story, event], key=lambda e: e.time)
+    return [replace(e, id=i + 1) for i, e in enumerate(merged)]
 
 
 def row(step: int, ended: float, step_s: float = 1.0, **extra) -> dict:
@@ -159,6 +173,55 @@ def test_a_failed_attempt_between_fault_and_recovery_is_recovering():
     assert found["training"] == pytest.approx(2 - 0.5 + 7)
 
 
+def test_a_recovery_in_place_is_recovering_and_the_steps_done_again_lost():
+    # Steps 1..10 end at 2..11; rank 1 is lost at 11.5 and the group goes on at 13 from
+    # the in-memory snapshot of step 8 (the event at 13, 1.5 s): steps 9..12 end at
+    # 14..17, their rows replacing the first 9 and 10. The attempt is the same.
+    story = recovered(events((0, S.STARTING), (1, S.RUNNING), (18, S.SUCCEEDED)), 13, 1.5)
+    rows = [row(1, 2)] + steps(2, 3, 7) + steps(9, 14, 4)
+    found = phases(job(finished=18, state=S.SUCCEEDED), story, rows)
+    assert nonzero(found) == {"starting": 2, "training": 7 + 4 + 1,
+                              "lost": 11.5 - 9,  # after step 8 to the loss: 9, 10, the cut one
+                              "recovering": 1.5}
+
+
+def test_recoveries_in_place_one_after_another_lose_the_time_between_them():
+    story = recovered(recovered(events((0, S.STARTING), (1, S.RUNNING), (20, S.SUCCEEDED)),
+                                6, 1.0), 9, 1.0)
+    rows = [row(1, 2)] + steps(2, 3, 2) + steps(4, 10, 10)  # nothing done between them stays
+    found = phases(job(finished=20, state=S.SUCCEEDED), story, rows)
+    assert found["recovering"] == pytest.approx(2.0)
+    assert found["lost"] == pytest.approx((5 - 4) + (8 - 6))  # step 3's end to 5; 6 to 8
+    assert found["training"] == pytest.approx(2 + 10 + 1)  # steps 2, 3; 4 .. 13; the tail
+
+
+def test_a_recovery_before_the_attempts_first_step_is_inside_its_start_up():
+    story = recovered(events((0, S.STARTING), (1, S.RUNNING), (10, S.SUCCEEDED)), 3, 1.0)
+    rows = [row(1, 5)] + steps(2, 6, 4)
+    assert nonzero(phases(job(finished=10, state=S.SUCCEEDED), story, rows)) == {
+        "starting": 5 - 1, "recovering": 1, "training": 5}
+
+
+def test_a_recovery_that_fell_back_is_recovering_then_the_restart_as_any():
+    # Steps 1..5 end at 2..6, step 4 checkpointed; rank 1 lost at 7, in place given up at 9
+    # (its event, 2 s), RESTARTING at 9.2; attempt 2 resumes from 4, its first step at 14.
+    story = recovered(events((0, S.STARTING), (1, S.RUNNING), (9.2, S.RESTARTING),
+                             (10, S.STARTING), (11, S.RUNNING), (18, S.SUCCEEDED)),
+                      9, 2.0, in_place=False)
+    rows = [row(1, 2)] + steps(2, 3, 3) + [row(5, 14, resumed_from=4)] + steps(6, 15, 3)
+    found = phases(job(finished=18, state=S.SUCCEEDED), story, rows)
+    assert nonzero(found) == {"starting": 2, "training": 3 + 3 + 1,
+                              "lost": (7 - 5) + 0.2,  # after step 4, and after giving up
+                              "recovering": 2 + 0.8 + 4}  # trying in place, then the restart
+
+
+def test_a_recovery_past_the_jobs_start_or_end_is_clipped():
+    story = recovered(events((0, S.STARTING), (1, S.RUNNING)), 3, 500.0)
+    found = phases(job(), story, [row(1, 5)], now=8)
+    assert found["recovering"] == pytest.approx(2)  # only RUNNING's part of it
+    assert found["starting"] == pytest.approx(1 + 5 - 3)
+
+
 def test_a_preempted_job_saves_then_is_queued_until_it_starts_again():
     # Preempted at 10 (its step saves by 11, the stop by 11.5), requeued at 11.5, waits to 30.
     story = events((0, S.STARTING), (1, S.RUNNING), (10, S.PREEMPTING), (11.5, S.QUEUED),
@@ -237,9 +300,15 @@ def random_story(rng: random.Random) -> tuple[list[EventRecord], list[dict], flo
         targets = sorted(TRANSITIONS[state], key=lambda s: s.value)
         if not targets:
             break
-        nxt = rng.choice(targets + [state])  # sometimes a note
+        nxt = rng.choice(targets + [state])  # sometimes a note, or a recovery
         time += rng.choice([0.0, rng.uniform(0, 20)])
-        made.append(EventRecord(len(made) + 1, "j-1", at(time), state, nxt, "-"))
+        kind, detail = None, None
+        if nxt is state and rng.random() < 0.5:
+            kind, detail = "recovery", {
+                "ranks": [0], "from_step": 1, "to_step": 1, "reason": "-",
+                "seconds": rng.choice([0.0, rng.uniform(0, 30)]), "in_place": rng.random() < 0.7}
+        made.append(EventRecord(len(made) + 1, "j-1", at(time), state, nxt, "-", kind=kind,
+                                detail=detail))
         state = nxt
     rows, wall = [], rng.uniform(-5, 5)
     for step in range(1, rng.randint(0, 40)):

@@ -1,5 +1,6 @@
 """The control plane's counters and histograms: restarts, preemptions and
-prunes per tenant, recovery by kind, checkpoint saves from the rows' stall times."""
+prunes per tenant, recovery by kind, recoveries in place or not, checkpoint
+saves from the rows' stall times."""
 
 from __future__ import annotations
 
@@ -43,3 +44,23 @@ def test_counters_and_histograms_follow_what_happens():
     with m.SCHEDULING_PASS.time():
         pass
     assert value("brigade_scheduling_pass_duration_seconds_count") >= 1
+
+
+def test_recoveries_are_counted_in_place_or_not():
+    reg = registry()
+
+    def value(name, **labels):
+        return reg.get_sample_value(name, labels)
+
+    before = {flag: value("brigade_recoveries_total", in_place=flag) for flag in ("true", "false")}
+    assert None not in before.values()  # both series exported from the start
+    in_place_s = value("brigade_job_recovery_duration_seconds_sum", kind="in_place") or 0.0
+    restart_n = value("brigade_job_recovery_duration_seconds_count", kind="restart") or 0.0
+    m.observe_recovery_event(True, 0.8)
+    m.observe_recovery_event(True, 1.2)
+    m.observe_recovery_event(False, 61.0)
+    assert value("brigade_recoveries_total", in_place="true") - before["true"] == 2
+    assert value("brigade_recoveries_total", in_place="false") - before["false"] == 1
+    assert value("brigade_job_recovery_duration_seconds_sum", kind="in_place") - in_place_s == 2.0
+    # A fallback's time is its restart's, observed at the restart's first new step.
+    assert (value("brigade_job_recovery_duration_seconds_count", kind="restart") or 0.0) == restart_n

@@ -15,11 +15,11 @@ import service.run.scheduling_pass as scheduling_pass
 import service.run.start_forecast as start_forecast
 from checkpoints import CheckpointTarget
 from checkpoints.manifest import Manifest
-from service.run.scheduling_pass import Admission
+from service.run.scheduling_pass import SchedulingPass
 from service.run.start_forecast import StartForecasts
 from service.settings import Settings
 from service.states import JobState as S
-from workers.spec import InitSpec
+from workers.schema import InitSpec
 
 SECRET = "test-secret"
 
@@ -39,7 +39,7 @@ def target(tmp_path):
 def admission(store, tmp_path, target, monkeypatch):
     monkeypatch.setattr(scheduling_pass, "cluster_capacity", capacity)
     monkeypatch.setattr(start_forecast, "cluster_capacity", capacity)
-    return Admission(Settings(data_dir=str(tmp_path)), store,
+    return SchedulingPass(Settings(data_dir=str(tmp_path)), store,
                      checkpoints_of=lambda job: target(job.id, job.tenant).open_store())
 
 

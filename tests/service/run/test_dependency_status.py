@@ -1,6 +1,6 @@
 """What a job waits on (service/run/dependencies.py), pure: its ids, and
 whether it may start, waits, or never will, from made-up states; and the
-`after` field itself (workers/spec): job ids, at most 32, each once, outside
+`after` field itself (workers/schema): job ids, at most 32, each once, outside
 the loss curve's hash."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from service.run.dependencies import Broken, Waiting, dependency_ids, dependency_status
 from service.states import JobState as S
-from workers.spec import MAX_AFTER, JobSpec
+from workers.schema import MAX_AFTER, JobSpec
 
 BASE = {"model": {"n_layers": 1, "d_model": 32, "n_heads": 2}, "train": {"steps": 1}}
 

@@ -3,18 +3,25 @@ job facts, to the transition the runner records (no store, no Ray)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from service.run.lifecycle import STAY, GroupOutcome, JobFacts, Outcome, decide, restart_at
-from service.scheduling.restart import Failure, RestartPolicy
+from service.scheduling.restart import AttemptSteps, Failure, RestartPolicy
 from service.states import JobState as S
 from workers.cluster.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
+from workers.cluster.rank_info import RankInfo
 
 CHECKPOINT = {"step": 20, "world_size": 2}
-NODES = [{"node_id": "n-a", "node_ip": "10.0.0.1"}, {"node_id": "n-b", "node_ip": "10.0.0.2"}]
+NODES = [RankInfo(node_id="n-a", node_ip="10.0.0.1", pid=101),
+         RankInfo(node_id="n-b", node_ip="10.0.0.2", pid=102)]
 
 
 def job(state=S.RUNNING, step=25, **facts) -> JobFacts:
+    """A job whose failures so far (`restarts`) came without progress between them,
+    unless `failures_since_progress` says otherwise."""
+    facts.setdefault("failures_since_progress", facts.get("restarts", 0))
     return JobFacts(**{"state": state, "step": step, "total_steps": 40, "workers": 2,
                        "attempt": 1, **facts})
 
@@ -52,7 +59,8 @@ def test_ranks_that_stop_short_unasked_count_as_a_failure():
     t = decide(job(), outcome(Outcome.FINISHED), policy=RestartPolicy(base_backoff_s=0.5))
     assert (t.to, t.launch, t.backoff_s) == (S.RESTARTING, True, 0.5)
     assert t.reason == "restart 1 of 3 from the latest checkpoint in 0.5 s: ranks stopped at step 25"
-    assert t.fields == {"error": "ranks stopped at step 25", "restarts": 1}
+    assert t.fields == {"error": "ranks stopped at step 25", "restarts": 1,
+                        "failures_since_progress": 1}
 
 
 # -- failures and the restart policy ------------------------------------------------
@@ -63,7 +71,8 @@ def test_a_lost_rank_restarts_with_its_rank_and_node_noted():
     t = decide(job(restarts=1), LOST, checkpoint=CHECKPOINT, policy=RestartPolicy(0.5))
     assert (t.to, t.launch, t.backoff_s) == (S.RESTARTING, True, 1.0)
     assert t.reason == "restart 2 of 3 from the latest checkpoint in 1 s: rank 1 was lost"
-    assert t.fields == {"error": "rank 1 was lost", "restarts": 2, "latest_checkpoint": CHECKPOINT}
+    assert t.fields == {"error": "rank 1 was lost", "restarts": 2, "failures_since_progress": 2,
+                        "latest_checkpoint": CHECKPOINT}
     assert t.failure == Failure("rank 1 was lost", "n-b", 1)
 
 
@@ -121,6 +130,111 @@ def test_failures_a_runner_did_not_see_still_count_without_a_node():
     assert t.reason.startswith("failed 4 times, more than max_restarts 3")
 
 
+# -- progress between failures ------------------------------------------------------
+
+
+def test_a_failed_attempt_that_made_progress_counts_afresh():
+    # Its fourth failure in a row would fail it; but this attempt committed step 40 after
+    # resuming from 20: the count starts again, the backoff is the shortest.
+    t = decide(job(restarts=5, failures_since_progress=3), LOST, checkpoint={"step": 40, "world_size": 2},
+               steps=AttemptSteps(resumed_from=20, last=45), policy=RestartPolicy(0.5))
+    assert (t.to, t.backoff_s) == (S.RESTARTING, 0.5)
+    assert t.fields["failures_since_progress"] == 1 and t.fields["restarts"] == 6
+    assert t.reason == ("restart 1 of 3 since its last progress (6 in all) from the latest "
+                        "checkpoint in 0.5 s: rank 1 was lost")
+
+
+@pytest.mark.parametrize("steps,count", [
+    (AttemptSteps(20, 40), 1),  # 20 steps after its start, its checkpoint still 20's
+    (AttemptSteps(20, 39), 3),  # one short: counted on
+    (None, 3),  # nothing read of it
+])
+def test_enough_steps_after_its_start_are_progress_without_a_checkpoint(steps, count):
+    t = decide(job(restarts=2), LOST, checkpoint=CHECKPOINT, steps=steps)
+    assert t.to is S.RESTARTING and t.fields["failures_since_progress"] == count
+
+
+def test_an_attempt_that_fails_starting_made_no_progress():
+    ended = GroupOutcome.start_failed(WorkerGroupError("forming the process group took longer than 60s"))
+    t = decide(job(S.STARTING, restarts=3, failures_since_progress=3), ended, checkpoint=CHECKPOINT)
+    assert t.to is S.FAILED and t.reason.startswith("failed 4 times, more than max_restarts 3")
+
+
+def _walk(attempt_steps: int, every: int, faults: int, max_restarts: int = 3):
+    """`faults` failures in a row, each attempt taking `attempt_steps` steps from its
+    resume point and checkpointing every `every` (0: never), the job's facts carried
+    from each decision to the next as the store carries them: the backoffs waited,
+    and the last transition."""
+    policy, facts, saved = RestartPolicy(0.5), job(max_restarts=max_restarts, step=0), 0
+    backoffs, t = [], None
+    for _ in range(faults):
+        last = saved + attempt_steps
+        if every:
+            saved = max(saved, last // every * every)
+        t = decide(facts, LOST, checkpoint={"step": saved, "world_size": 2} if saved else None,
+                   steps=AttemptSteps(facts.step, last), policy=policy)
+        if t.to is S.FAILED:
+            break
+        backoffs.append(t.backoff_s)
+        counted = {"restarts": t.fields["restarts"],
+                   "failures_since_progress": t.fields["failures_since_progress"]}
+        resumed = decide(replace(facts, state=S.RESTARTING, **counted), outcome(Outcome.NO_GROUP),
+                         policy=policy)
+        assert resumed.backoff_s == t.backoff_s  # waited on a resume as decided
+        facts = replace(facts, step=saved, **counted)
+    return backoffs, t
+
+
+def test_a_job_killed_every_ten_seconds_for_an_hour_never_sits_in_long_backoffs():
+    # 360 faults, each attempt 25 steps (2.5 steps/s) and a checkpoint every 20: each
+    # attempt commits one and takes 20 steps or more, so each makes progress.
+    backoffs, last = _walk(attempt_steps=25, every=20, faults=360)
+    assert len(backoffs) == 360 and set(backoffs) == {0.5}
+    assert last.to is S.RESTARTING and last.fields["restarts"] == 360
+    # Its checkpoints too far apart to reach (every 50): its steps alone are progress.
+    backoffs, _ = _walk(attempt_steps=25, every=50, faults=360)
+    assert len(backoffs) == 360 and set(backoffs) == {0.5}
+
+
+def test_a_job_that_checkpoints_between_faults_trains_on_past_max_restarts():
+    backoffs, last = _walk(attempt_steps=12, every=10, faults=50)  # 12 steps, a commit each
+    assert len(backoffs) == 50 and set(backoffs) == {0.5}
+
+
+def test_a_crash_loop_backs_off_and_fails_at_max_restarts():
+    backoffs, last = _walk(attempt_steps=3, every=10, faults=10)  # 3 steps, never a commit
+    assert backoffs == [0.5, 1.0, 2.0]
+    assert last.to is S.FAILED and last.reason.startswith("failed 4 times, more than max_restarts 3")
+    backoffs, _ = _walk(attempt_steps=3, every=0, faults=10, max_restarts=100)
+    assert backoffs == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0, 10.0, 10.0]
+
+
+def test_a_failure_the_runner_did_not_see_counts_only_if_since_progress():
+    # A runner started after a control-plane restart knows the count from the store.
+    t = decide(job(restarts=6, failures_since_progress=2, max_restarts=3), LOST, failures=[])
+    assert t.to is S.RESTARTING and t.backoff_s == 2.0
+    assert t.reason.startswith("restart 3 of 3 since its last progress (7 in all)")
+
+
+def test_the_same_node_rule_counts_only_since_progress():
+    failed = GroupOutcome.failed(RankFailedError(1, "rank 1 failed: CUDA error"), NODES)
+    seen = [Failure(failed.error, "n-b", 1)] * 5
+    stuck = decide(job(restarts=5, max_restarts=10), failed, failures=seen, multi_node=True)
+    assert stuck.to is S.FAILED and "on node n-b 6 times in a row" in stuck.reason
+    moving = decide(job(restarts=5, failures_since_progress=1, max_restarts=10), failed,
+                    failures=seen, multi_node=True)
+    assert moving.to is S.RESTARTING  # 2 since its last progress: not a bad node yet
+    progressed = decide(job(restarts=5, max_restarts=10), failed, failures=seen, multi_node=True,
+                        steps=AttemptSteps(0, 30))
+    assert progressed.to is S.RESTARTING and progressed.fields["failures_since_progress"] == 1
+
+
+def test_a_restarting_job_waits_by_its_failures_since_progress_not_its_restarts():
+    t = decide(job(S.RESTARTING, restarts=9, failures_since_progress=1), outcome(Outcome.NO_GROUP),
+               policy=RestartPolicy(base_backoff_s=0.5))
+    assert (t.launch, t.backoff_s) == (True, 0.5)
+
+
 def test_a_failure_while_giving_workers_back_is_no_failure_of_the_job():
     suspended = decide(job(S.SUSPENDING), LOST, checkpoint=CHECKPOINT)
     assert suspended.to is S.SUSPENDED and suspended.failure is None
@@ -165,7 +279,7 @@ def test_a_cancelled_job_ends_cancelled_however_its_group_ended(kind):
                                   Outcome.KILLED, Outcome.PREEMPTED, Outcome.START_FAILED])
 def test_a_pruned_job_ends_pruned_however_its_group_ended_keeping_its_checkpoint(kind):
     t = decide(job(S.PRUNING), outcome(kind, "boom"), checkpoint=CHECKPOINT)
-    assert (t.to, t.reason, t.launch) == (S.PRUNED, "pruned at step 25; workers released", False)
+    assert (t.to, t.reason, t.launch) == (S.PRUNED, "pruned: stopped at step 25; workers released", False)
     assert (t.fields, t.via) == ({"latest_checkpoint": CHECKPOINT}, None)
     assert decide(job(S.PRUNING), outcome(kind)).fields == {}  # none committed: none to keep
 
@@ -245,3 +359,29 @@ def test_restart_at_the_size_that_fits_or_requeue():
     none = restart_at(job(S.RESTARTING), None)
     assert (none.to, none.fields, none.launch) == (S.QUEUED, {"workers": None}, False)
     assert none.reason == "restart: not enough free capacity for any of its sizes; requeued"
+
+
+# -- a group reconcile found gone after a control-plane restart ----------------------
+
+GONE_WHY = "reconciled after a control-plane restart: worker group brigade-j-1-a1 is gone"
+
+
+@pytest.mark.parametrize("state,to,fields", [
+    (S.CANCELLING, S.CANCELLED, {}), (S.PRUNING, S.PRUNED, {}),
+    (S.SUSPENDING, S.SUSPENDED, {"workers": None}), (S.PREEMPTING, S.QUEUED, {}),
+])
+def test_a_job_asked_to_give_its_workers_back_whose_group_is_gone_gives_them(state, to, fields):
+    t = decide(job(state), outcome(Outcome.GONE, GONE_WHY), checkpoint=CHECKPOINT)
+    assert (t.to, t.reason, dict(t.fields), t.launch, t.via) == (to, GONE_WHY, fields, False, None)
+
+
+@pytest.mark.parametrize("state", [S.STARTING, S.RUNNING])
+def test_a_job_whose_group_is_gone_restarts_without_counting_a_restart(state):
+    t = decide(job(state, restarts=2), outcome(Outcome.GONE, GONE_WHY))
+    assert (t.to, t.launch, t.backoff_s, dict(t.fields)) == (S.RESTARTING, True, 0.0, {})
+    assert t.reason == f"{GONE_WHY}; restarting from the latest checkpoint"
+
+
+def test_a_restarting_job_whose_group_is_gone_is_launched_with_a_note():
+    t = decide(job(S.RESTARTING), outcome(Outcome.GONE, GONE_WHY))
+    assert (t.to, t.reason, t.launch) == (None, GONE_WHY, True)

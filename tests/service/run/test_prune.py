@@ -1,4 +1,4 @@
-"""`Supervisor.prune`: a sweep's pruner stops a trial early. Without Ray, a
+"""`JobRequests.prune`: a sweep's pruner stops a trial early. Without Ray, a
 supervisor that is not started (nothing admitted) moves jobs set up in each
 state; on the session's Ray cluster, a running job pruned stops at once,
 PRUNED with its checkpoint kept, and its workers go to the next job."""
@@ -9,6 +9,8 @@ import contextlib
 import time
 
 import pytest
+import ray
+from ray.util.placement_group import placement_group
 
 from service.run.launch import group_name
 from service.states import JobState as S
@@ -16,8 +18,8 @@ from service.store import JobNotFound
 from service.supervisor import Supervisor
 from tests.api.conftest import make_supervisor
 from tests.waiting import wait_until
-from workers.cluster.group import WorkerGroup
-from workers.spec import JobSpec
+from workers.cluster.group import WorkerGroup, placed_groups
+from workers.schema import JobSpec
 
 SMALL = {"name": "trial", "workers": 1, "resources_per_worker": {"cpu": 1},
          "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
@@ -29,6 +31,12 @@ SPEC = JobSpec.model_validate(SMALL)
 WHOLE = JobSpec.model_validate({**SMALL, "resources_per_worker": {"cpu": 4},
                                 "train": {"steps": 100_000, "global_batch_size": 4},
                                 "checkpoint": {"every_steps": 10, "keep_last": 100}})
+# Steps long enough (a few tenths of a second here) that a stop sent at once reaches the ranks
+# within one, on a loaded machine too: the bound is the product's, the step's length the room.
+SLOW = JobSpec.model_validate({**SMALL, "model": {"n_layers": 2, "d_model": 128, "n_heads": 4,
+                                                  "seq_len": 64},
+                               "train": {"steps": 100_000, "global_batch_size": 64},
+                               "checkpoint": {"every_steps": 5, "keep_last": 100}})
 # How the store reaches each state a prune may find a job in (after its submit).
 SETUP = {
     S.QUEUED: [], S.STARTING: [S.STARTING], S.RUNNING: [S.STARTING, S.RUNNING],
@@ -65,7 +73,7 @@ def job_in(supervisor: Supervisor, state: S) -> str:
 ])
 def test_a_prune_stops_a_job_that_holds_workers_and_ends_one_that_holds_none(supervisor, state, to):
     job_id = job_in(supervisor, state)
-    pruned = supervisor.prune(job_id, 7, "value 2.31 worse than the median 1.9")
+    pruned = supervisor.requests.prune(job_id, 7, "value 2.31 worse than the median 1.9")
     assert pruned.state is to and supervisor.store.get_job(job_id) == pruned
     last = supervisor.store.events(job_id)[-1]
     assert (last.from_state, last.to_state) == (state, to)
@@ -76,24 +84,24 @@ def test_a_prune_stops_a_job_that_holds_workers_and_ends_one_that_holds_none(sup
 def test_a_prune_is_idempotent_and_leaves_a_finished_or_cancelled_job_as_it_is(supervisor, state):
     job_id = job_in(supervisor, state)
     before = supervisor.store.events(job_id)
-    assert supervisor.prune(job_id, 3, "again").state is state
+    assert supervisor.requests.prune(job_id, 3, "again").state is state
     assert supervisor.store.events(job_id) == before
 
 
 def test_a_cancel_of_a_pruning_job_answers_it_as_it_is(supervisor):
     job_id = job_in(supervisor, S.PRUNING)
-    assert supervisor.cancel("acme", job_id).state is S.PRUNING
+    assert supervisor.requests.cancel("acme", job_id).state is S.PRUNING
 
 
 def test_a_prune_of_no_job_is_not_found(supervisor):
     with pytest.raises(JobNotFound):
-        supervisor.prune("j-000000000000", 1, "gone")
+        supervisor.requests.prune("j-000000000000", 1, "gone")
 
 
 def test_a_pruning_job_whose_group_is_gone_after_a_restart_is_pruned(supervisor):
     job_id = job_in(supervisor, S.PRUNING)  # no workers recorded: no group to look for on Ray
     assert supervisor.leadership.acquire()  # reconcile writes as the leader
-    supervisor.reconcile()
+    supervisor.leader.reconcile()
     job = supervisor.store.get_job(job_id)
     assert job.state is S.PRUNED and job.finished_at is not None
     assert "worker group" in supervisor.store.events(job_id)[-1].reason
@@ -120,7 +128,7 @@ def release(supervisor: Supervisor, job_ids: list[str]) -> None:
             live = [j for j in map(store.get_job, job_ids) if j is not None and not j.state.is_terminal]
             for job in live:
                 with contextlib.suppress(Exception):  # a STARTING job refuses: asked again
-                    supervisor.cancel("admin", job.id)
+                    supervisor.requests.cancel("admin", job.id)
             return not live
 
         wait_until(ended, within_s=60, every_s=0.2)
@@ -130,7 +138,7 @@ def release(supervisor: Supervisor, job_ids: list[str]) -> None:
             for job in filter(None, map(store.get_job, job_ids)):
                 for attempt in range(1, job.attempt + 1):
                     WorkerGroup.reclaim(group_name(job.id, attempt), job.spec.workers,
-                                        pool_prefix=supervisor.rank_pool.name_prefix).shutdown()
+                                        pool_prefix=supervisor.leader.rank_pool.name_prefix).shutdown()
         finally:
             store.dispose()
 
@@ -147,36 +155,99 @@ def test_a_running_job_pruned_stops_at_once_keeps_its_checkpoint_and_frees_its_w
     store = supervisor.store
     jobs: list[str] = []
     try:
-        trial, _ = supervisor.submit("admin", WHOLE, None, sweep="s-000000000001")
+        trial, _ = supervisor.requests.submit("admin", WHOLE, None, sweep="s-000000000001")
         jobs.append(trial.id)
         assert trial.sweep == "s-000000000001"
         running = wait_for(lambda: store.get_job(trial.id),
                            lambda j: j.state is S.RUNNING and j.latest_checkpoint is not None)
-        nxt, _ = supervisor.submit("admin", SPEC, None)
+        nxt, _ = supervisor.requests.submit("admin", SPEC, None)
         jobs.append(nxt.id)
         # A scheduling pass ran and found no room: the trial holds the cluster's CPUs.
-        assert wait_until(lambda: supervisor.waiting_reason(nxt.id) is not None, within_s=30), \
+        assert wait_until(lambda: supervisor.views.waiting_reason(nxt.id) is not None, within_s=30), \
             store.get_job(nxt.id)
-        assert supervisor.waiting_reason(nxt.id).startswith("capacity: needs 1 cpu for 1 workers, ")
+        assert supervisor.views.waiting_reason(nxt.id).startswith("capacity: needs 1 cpu for 1 workers, ")
         assert store.get_job(nxt.id).state is S.QUEUED
 
-        supervisor.prune(trial.id, running.step, "value 2.3 worse than the median 1.9")
+        supervisor.requests.prune(trial.id, running.step, "value 2.3 worse than the median 1.9")
         pruned = wait_for(lambda: store.get_job(trial.id), lambda j: j.state.is_terminal, 60)
         assert pruned.state is S.PRUNED, pruned.error
         assert running.step <= pruned.step < WHOLE.train.steps  # stopped, far from its end
         # What it had committed stays, and so does what its ranks committed as they stopped.
-        kept = sorted(c["step"] for c in supervisor.checkpoints("admin", trial.id))
+        kept = sorted(c["step"] for c in supervisor.views.checkpoints("admin", trial.id))
         assert running.latest_checkpoint["step"] in kept and pruned.latest_checkpoint["step"] in kept
         assert pruned.latest_checkpoint["step"] >= running.latest_checkpoint["step"]
         assert set(range(10, pruned.latest_checkpoint["step"] + 1, 10)) <= set(kept)  # none removed
         reasons = [(e.to_state, e.reason) for e in store.events(trial.id)]
         assert (S.PRUNING, f"pruned at step {running.step}: value 2.3 worse than the median 1.9") \
             in reasons
-        assert reasons[-1][0] is S.PRUNED and reasons[-1][1].startswith("pruned at step ")
-        assert supervisor.workers("admin", trial.id) == []
+        assert reasons[-1][0] is S.PRUNED and reasons[-1][1].startswith("pruned: stopped at step ")
+        assert supervisor.views.workers("admin", trial.id) == []
 
         # Its workers go to the next job.
         started = wait_for(lambda: store.get_job(nxt.id), lambda j: j.state is not S.QUEUED, 60)
         assert started.state in (S.STARTING, S.RUNNING, S.SUCCEEDED), started
     finally:
         release(supervisor, jobs)
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_pruned_jobs_ranks_told_at_once_begin_at_most_one_step_after_the_decision(tmp_path):
+    """The pruner's stop goes to the ranks from its own thread
+    (`LeaderLoop.stop_now`), not at the runner's next look: the ranks begin
+    at most one step after the decision (the step in flight ends), their
+    rows all read, their last save committed and kept, the group released."""
+    supervisor = make_supervisor(tmp_path, export_on_success="")
+    supervisor.start()
+    store = supervisor.store
+    jobs: list[str] = []
+    try:
+        trial, _ = supervisor.requests.submit("admin", SLOW, None, sweep="s-000000000001")
+        jobs.append(trial.id)
+        running = wait_for(lambda: store.get_job(trial.id),
+                           lambda j: j.state is S.RUNNING and j.step >= 3)
+        decided = time.time()
+        supervisor.requests.prune(trial.id, running.step, "behind")
+        supervisor.leader.stop_now(trial.id)
+        pruned = wait_for(lambda: store.get_job(trial.id), lambda j: j.state.is_terminal, 60)
+        assert pruned.state is S.PRUNED, pruned.error
+        rows = store.metrics(trial.id)
+        assert [r["step"] for r in rows] == list(range(1, pruned.step + 1))  # every row read
+        begun = [r["step"] for r in rows if r["wall_time"] - r["step_time_s"] > decided]
+        assert len(begun) <= 1, (begun, pruned.step)
+        kept = [c["step"] for c in supervisor.views.checkpoints("admin", trial.id)]
+        assert pruned.latest_checkpoint["step"] == pruned.step and pruned.step in kept
+        assert supervisor.views.workers("admin", trial.id) == []
+    finally:
+        release(supervisor, jobs)
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_the_leader_removes_a_worker_group_left_on_the_cluster_by_an_ended_job(supervisor):
+    """A group of a PRUNED job (and one of an attempt not its job's current
+    one) is removed by the leader's look for leftovers; the group of a job
+    this store does not know (another control plane's), and of an active
+    job's current attempt, stay."""
+    store = supervisor.store
+    ended, stale, live = job_in(supervisor, S.PRUNED), job_in(supervisor, S.RUNNING), \
+        job_in(supervisor, S.STARTING)
+    store.update_job(stale, attempt=2)
+    store.update_job(live, attempt=1)
+    names = {"ended": group_name(ended, 1), "stale": group_name(stale, 1),
+             "live": group_name(live, 1), "other": group_name("j-0123456789ab", 1)}
+    try:
+        for name in names.values():  # what a group holds on the cluster: its placement group
+            pg = placement_group([{"CPU": 0.25}], name=f"{name}-pg", lifetime="detached")
+            assert ray.get(pg.ready(), timeout=60)
+        assert supervisor.leadership.acquire()  # again: its renewal does not run (not started)
+        removed = supervisor.leader.remove_leftovers()
+        assert sorted(removed) == sorted([names["ended"], names["stale"]])
+        left = placed_groups("brigade-j-")
+        assert names["live"] in left and names["other"] in left
+        assert names["ended"] not in left and names["stale"] not in left
+        assert supervisor.leader.remove_leftovers() == []  # once
+        assert "left on the cluster after its end: removed" in store.events(ended)[-1].reason
+    finally:
+        for name in names.values():
+            WorkerGroup.reclaim(name, 1).shutdown()

@@ -18,7 +18,7 @@ from service.states import JobState as S
 from service.store import JobStore
 from service.supervisor import Supervisor
 from workers.cluster.group import WorkerGroup
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -38,7 +38,7 @@ def test_a_group_that_never_began_training_is_launched_again_as_the_same_attempt
     WorkerGroup(1, cpus_per_worker=1, name_prefix=name, detached=True).start()  # no start_training
     assert supervisor.leadership.acquire()  # reconcile writes as the leader
     try:
-        supervisor.reconcile()
+        supervisor.leader.reconcile()
         deadline = time.monotonic() + 180
         while not (after := store.get_job(job.id)).state.is_terminal and time.monotonic() < deadline:
             time.sleep(0.5)

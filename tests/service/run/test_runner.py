@@ -4,15 +4,22 @@ loop on the test's own thread until it lets go of the job."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+import service.run.runner as runner_module
 from service.run.lifecycle import GroupOutcome
 from service.run.runner import ControlPlane, JobRunner
 from service.scheduling.restart import RestartPolicy
 from service.states import JobState as S
 from service.store import JobStore
 from workers.cluster.errors import PlacementTimeoutError, RankFailedError, RankLostError, WorkerGroupError
-from workers.spec import JobSpec
+from workers.cluster.group_status import GroupStatus
+from workers.cluster.in_place import CannotRecover
+from workers.cluster.rank_info import RankInfo
+from workers.cluster.replace import Recovery
+from workers.schema import JobSpec
 
 STEPS = 10  # the job's train.steps
 EVERY = 2  # its ranks "checkpoint" every EVERY steps
@@ -37,13 +44,29 @@ class FakeGroup:
                  start_error: WorkerGroupError | None = None):
         self.cluster, self.script, self.stops_when_asked = cluster, list(script), stops_when_asked
         self.start_error = start_error
-        self.node_infos = [{"node_id": f"n-{r}", "node_ip": f"10.0.0.{r}", "pid": 100 + r}
+        self.node_infos = [RankInfo(node_id=f"n-{r}", node_ip=f"10.0.0.{r}", pid=100 + r)
                            for r in range(2)]
         self.backend = "gloo"
         # A resumed group first replays the rows its checkpoint carried, marked.
         self.rows: list[dict] = [{**row, "replayed": True} for row in cluster.carried()]
         self.step = self.resumed_from = cluster.latest_step()
         self.stop_requested = self.shut_down = False
+        # Recovery in place: the cluster's script of what each `recover` does.
+        self.in_place = bool(cluster.recoveries)
+        self.recovered: list[list[int]] = []
+
+    def recover(self, lost: list[int]) -> Recovery:
+        """The next scripted recovery: a snapshot step to go on from (the rows
+        after it are taken again, the first marked resumed), or CannotRecover."""
+        outcome = self.cluster.recoveries.pop(0)
+        if isinstance(outcome, CannotRecover):
+            raise outcome
+        # (snapshot step, the survivors' step) where the ranks got past what the store saw
+        outcome, reached = outcome if isinstance(outcome, tuple) else (outcome, self.step)
+        self.recovered.append(lost)
+        self.step = self.resumed_from = outcome
+        return Recovery(ranks=lost, step=outcome, seconds=0.25, where=f"rank {lost[0]}",
+                        reached=max(outcome, reached))
 
     def start(self) -> FakeGroup:
         if self.start_error is not None:
@@ -56,9 +79,9 @@ class FakeGroup:
     def progress(self, since: int = 0) -> list[dict]:
         return self.rows[since:]
 
-    def status(self) -> dict:
+    def status(self) -> GroupStatus:
         if self.stop_requested and self.stops_when_asked:
-            return {"state": "done"}
+            return GroupStatus(state="done")
         action = self.script.pop(0) if self.script else 0 if self.stop_requested else 1
         if callable(action):
             action(self)
@@ -66,13 +89,13 @@ class FakeGroup:
         if isinstance(action, BaseException):
             raise action
         if action == "preempted":
-            return {"state": "preempted", "reason": f"rank 0 (pid 100, node 10.0.0.0) got SIGTERM "
-                                                    f"(a preemption notice): checkpointed at step "
-                                                    f"{self.step} and stopped"}
+            return GroupStatus(state="preempted", reason=f"rank 0 (pid 100, node 10.0.0.0) got SIGTERM "
+                                                         f"(a preemption notice): checkpointed at step "
+                                                         f"{self.step} and stopped")
         if action == "done":
-            return {"state": "done"}
+            return GroupStatus(state="done")
         self.train(min(action, STEPS - self.step))
-        return {"state": "running"}
+        return GroupStatus(state="running")
 
     def train(self, steps: int) -> None:
         for _ in range(steps):
@@ -104,8 +127,11 @@ class FakeCluster:
     saved; the cluster's nodes."""
 
     def __init__(self, *attempts: list, nodes: int = 1, grace_s: float = 60.0,
-                 restart_size=lambda job, nodes: job.workers, stops_when_asked: bool = True):
+                 restart_size=lambda job, nodes: job.workers, stops_when_asked: bool = True,
+                 recoveries: tuple = ()):
         self.attempts, self.nodes, self.grace = list(attempts), nodes, grace_s
+        # each recover(): a snapshot step, (its step, the survivors' step), or CannotRecover
+        self.recoveries = list(recoveries)
         self.restart_sizes, self.stops_when_asked = restart_size, stops_when_asked
         self.saved: list[int] = []
         self.groups: list[FakeGroup] = []
@@ -241,6 +267,62 @@ def test_a_lost_rank_restarts_from_the_latest_checkpoint_and_succeeds(store):
     assert (first["recovered_from"], first["lost_steps"]) == ("restart", 1)  # 5 taken, 4 saved
 
 
+def test_a_lost_rank_recovered_in_place_goes_on_in_the_same_attempt(store):
+    job_id = submit(store)
+    cluster = FakeCluster([5, RankLostError(1, "rank 1 (pid 101, node 10.0.0.1) was lost"), 6, "done"],
+                          recoveries=(4,))
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.recoveries, job.attempt) == (S.SUCCEEDED, 0, 1, 1)
+    assert cluster.groups[0].recovered == [[1]] and len(cluster.groups) == 1
+    [recovery] = [e for e in store.events(job_id) if e.kind == "recovery"]
+    assert recovery.detail["in_place"] is True
+    assert (recovery.detail["from_step"], recovery.detail["to_step"]) == (5, 4)
+    assert recovery.detail["ranks"] == [1]
+    assert [r["step"] for r in store.metrics(job_id)] == list(range(1, STEPS + 1))  # each once
+    first = store.metrics(job_id, since_step=5, limit=1)[0]  # the first row after the snapshot
+    assert (first["recovered_from"], first["lost_steps"]) == ("recovery", 1)
+    lines = [log.line for log in store.logs(job_id)]
+    assert any("lost at step 5: replaced in place" in line and "snapshot of step 4" in line
+               for line in lines), lines
+
+
+def test_a_recovery_names_the_step_the_survivors_reached_not_the_lagging_stores(store):
+    # The store saw step 5; the survivors had taken step 7 and restored 6: lost at 7.
+    job_id = submit(store)
+    cluster = FakeCluster([5, RankLostError(1, "rank 1 (pid 101, node 10.0.0.1) was lost"), 6, "done"],
+                          recoveries=((6, 7),))
+    run(store, cluster, job_id)
+    [recovery] = [e for e in store.events(job_id) if e.kind == "recovery"]
+    assert (recovery.detail["from_step"], recovery.detail["to_step"]) == (7, 6)
+    lines = [log.line for log in store.logs(job_id)]
+    assert any("lost at step 7: replaced in place" in line for line in lines), lines
+
+
+def test_a_recovery_in_place_that_cannot_work_falls_back_to_a_restart(store):
+    job_id = submit(store)
+    cluster = FakeCluster([5, RankLostError(1, "rank 1 was lost")], [10, "done"],
+                          recoveries=(CannotRecover("no live rank holds a snapshot of rank(s) [1]"),))
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.recoveries, job.attempt) == (S.SUCCEEDED, 1, 0, 2)
+    [recovery] = [e for e in store.events(job_id) if e.kind == "recovery"]
+    assert recovery.detail["in_place"] is False
+    assert "no live rank holds a snapshot of rank(s) [1]" in recovery.detail["reason"]
+
+
+def test_a_failure_that_repeats_at_the_same_step_falls_back_to_a_restart(store):
+    job_id = submit(store)
+    lost = RankLostError(0, "rank 0 was lost")
+    # Recovered to step 4 at step 5, then lost again before any new step: a restart.
+    cluster = FakeCluster([5, lost, 0, lost], [10, "done"], recoveries=(4, 4))
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.recoveries) == (S.SUCCEEDED, 1, 1)
+    reasons = [e.detail["reason"] for e in store.events(job_id) if e.kind == "recovery"]
+    assert "the failure repeats at step 5" in reasons[-1]
+
+
 def test_rows_a_failed_group_never_reported_are_recovered_from_its_checkpoint(store):
     job_id = submit(store)
 
@@ -288,6 +370,34 @@ def test_failures_beyond_max_restarts_fail_the_job_with_the_cause(store):
     assert to_states(store, job_id) == ["RUNNING", "RESTARTING", "STARTING", "RUNNING", "FAILED"]
 
 
+def test_a_job_that_checkpoints_between_failures_outlives_max_restarts(store):
+    # max_restarts 1: the second attempt's failure would fail it, but that attempt
+    # committed step 4 after resuming from scratch: the count started again.
+    job_id = submit(store, max_restarts=1)
+    lost = RankLostError(1, "rank 1 was lost")
+    cluster = FakeCluster([1, lost], [4, lost], [10, "done"])
+    waits = run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.failures_since_progress) == (S.SUCCEEDED, 2, 1), job.error
+    restarts = [reason for state, reason in events(store, job_id) if state == "RESTARTING"]
+    assert restarts == [
+        "restart 1 of 1 from the latest checkpoint in 0.5 s: rank 1 was lost",
+        "restart 1 of 1 since its last progress (2 in all) from the latest checkpoint in 0.5 s: "
+        "rank 1 was lost"]
+    assert waits.timeouts.count(0.5) >= 2 and 1.0 not in waits.timeouts
+
+
+def test_a_crash_loop_backs_off_longer_each_time(store):
+    job_id = submit(store, max_restarts=3)
+    boom = RankFailedError(0, "rank 0 failed: ImportError")
+    cluster = FakeCluster(*[[1, boom]] * 4)
+    waits = run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.failures_since_progress) == (S.FAILED, 3, 3)
+    assert job.error == "failed 4 times, more than max_restarts 3: rank 0 failed: ImportError"
+    assert [t for t in waits.timeouts if t >= 0.5] == [0.5, 1.0, 2.0]
+
+
 def test_on_several_nodes_a_rank_failing_on_one_node_gives_up_before_max_restarts(store):
     job_id = submit(store, max_restarts=10)
     lost = RankLostError(1, "rank 1 was lost")
@@ -330,16 +440,72 @@ def test_cancel_while_running_releases_the_workers(store):
     assert events(store, job_id)[-1] == ("CANCELLED", "cancelled; workers released")
 
 
-def test_prune_while_running_stops_at_once_keeps_the_checkpoint_and_releases_the_workers(store):
+def test_prune_while_running_stops_the_ranks_at_their_next_step_and_releases_the_workers(store):
+    """The ranks are told to stop at their next step; once they have (their
+    rows read, their save committed) the group is shut down: PRUNED."""
     job_id = submit(store)
     cluster = FakeCluster([4, user(store, job_id, S.PRUNING)])
     run(store, cluster, job_id)
     job = store.get_job(job_id)
     assert (job.state, job.step, job.latest_checkpoint) == (S.PRUNED, 4, {"step": 4, "world_size": 2})
     assert events(store, job_id)[-2:] == [("PRUNING", "test: PRUNING"),
-                                          ("PRUNED", "pruned at step 4; workers released")]
-    assert not cluster.groups[0].stop_requested  # not asked to checkpoint first: shut down
+                                          ("PRUNED", "pruned: stopped at step 4; workers released")]
+    assert cluster.groups[0].stop_requested and cluster.groups[0].shut_down
     assert cluster.saved == [2, 4]
+
+
+def test_a_pruned_jobs_ranks_that_do_not_stop_are_killed_and_its_workers_released(store, monkeypatch):
+    """Ranks slow to stop (a long save, a hung rank) are killed after
+    PRUNE_STOP_S: the group is shut down all the same, its last committed
+    checkpoint kept."""
+    monkeypatch.setattr(runner_module, "PRUNE_STOP_S", 0.2)
+    job_id = submit(store)
+    cluster = FakeCluster([4, user(store, job_id, S.PRUNING)], stops_when_asked=False)
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert job.state is S.PRUNED and job.latest_checkpoint == {"step": 4, "world_size": 2}
+    assert cluster.groups[0].stop_requested and cluster.groups[0].shut_down
+
+
+def test_a_pruned_jobs_group_that_cannot_be_asked_to_stop_is_shut_down_and_pruned(store):
+    """A rank that does not answer the stop (lost, hung) is not waited for:
+    the group is shut down at once, the job PRUNED, not failed."""
+    job_id = submit(store)
+    cluster = FakeCluster([4, user(store, job_id, S.PRUNING)])
+
+    def refuse() -> None:
+        raise WorkerGroupError("request_stop took longer than 30s")
+
+    run_with = cluster.launch
+
+    def launch(job):
+        group = run_with(job)
+        group.request_stop = refuse
+        return group
+
+    cluster.launch = launch
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert job.state is S.PRUNED and cluster.groups[0].shut_down
+
+
+def test_stop_now_tells_the_ranks_at_once_from_another_thread():
+    """A pruner's stop goes to the ranks from its own thread, whatever the
+    runner waits on, and wakes the runner's wait."""
+    class Signalled:
+        stopped = 0
+
+        def signal_stop(self):
+            self.stopped += 1
+
+    runner = JobRunner("j-1", store=None, launch=None, control=None, policy=RestartPolicy(),
+                       poll_interval_s=60.0)
+    runner.group = group = Signalled()
+    runner.stop_now()
+    assert group.stopped == 1 and runner.nudged.is_set()
+    started = time.monotonic()
+    runner._pause()  # nudged: no wait for the poll interval
+    assert time.monotonic() - started < 5 and not runner.nudged.is_set()
 
 
 def test_suspend_checkpoints_and_stops(store):

@@ -16,7 +16,7 @@ from service.states import JobState as S
 from service.store import JobStore
 from service.supervisor import Supervisor
 from tests.postgres import fresh_database
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 SPEC = JobSpec.model_validate({
@@ -55,12 +55,12 @@ def test_a_follower_takes_over_and_reattaches_to_the_running_job(database, tmp_p
     try:
         a.start()
         b.start()
-        assert a.role() == {"role": "leader", "leader": "a", "replica": "a"}
-        assert b.role() == {"role": "follower", "leader": "a", "replica": "b"}
-        job, _ = b.submit("admin", SPEC, None)  # an API write on the follower: the leader admits it
+        assert a.views.role() == {"role": "leader", "leader": "a", "replica": "a"}
+        assert b.views.role() == {"role": "follower", "leader": "a", "replica": "b"}
+        job, _ = b.requests.submit("admin", SPEC, None)  # an API write on the follower: the leader admits it
         wait_for(lambda: (j := a.store.get_job(job.id)).state is S.RUNNING and j.step >= 2,
                  180, "the job to train")
-        seen = b.workers("admin", job.id)  # a follower asks the ranks themselves
+        seen = b.views.workers("admin", job.id)  # a follower asks the ranks themselves
         assert [w["rank"] for w in seen] == [0] and seen[0]["pid"]
         a.stop()  # detaches its runner (the group trains on) and gives the lease up
         wait_for(lambda: b.leadership.is_leader, 5, "b to lead")
@@ -68,8 +68,8 @@ def test_a_follower_takes_over_and_reattaches_to_the_running_job(database, tmp_p
                              for e in b.store.events(job.id)), 60, "b to reattach")
         step = b.store.get_job(job.id).step
         wait_for(lambda: b.store.get_job(job.id).step > step, 60, "training to go on")
-        assert b.workers("admin", job.id)[0]["pid"] == seen[0]["pid"]  # the same rank process
-        a.cancel("admin", job.id)  # sent to the replica that no longer leads
+        assert b.views.workers("admin", job.id)[0]["pid"] == seen[0]["pid"]  # the same rank process
+        a.requests.cancel("admin", job.id)  # sent to the replica that no longer leads
         done = wait_for(lambda: (j := b.store.get_job(job.id)).state is S.CANCELLED and j, 60,
                         "the cancel")
         assert done.restarts == 0

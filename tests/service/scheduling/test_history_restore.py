@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from store_harness import submit
 
-from service.run.scheduling_pass import Admission
+from service.run.scheduling_pass import SchedulingPass
 from service.scheduling import Resources
 from service.scheduling.service_history import spans_holding_workers
 from service.settings import Settings
@@ -64,7 +64,7 @@ def test_a_restarted_control_plane_charges_what_each_tenant_had(store, tmp_path)
     run_to(store, busy, S.SUCCEEDED)
 
     # A new control plane on the same store, as after a restart.
-    history = Admission(settings, store).history
+    history = SchedulingPass(settings, store).history
     now = time.time()
     owed = history.owed(TOTAL, now, expected_s=0.0)
     assert set(owed) == {"busy"}, owed  # the idle tenant's job never held workers
@@ -83,5 +83,5 @@ def test_what_ended_before_the_window_is_not_charged(store, tmp_path):
     job = submit(store, tenant="old", name="old")
     run_to(store, job, S.STARTING, S.RUNNING, S.SUCCEEDED)
     time.sleep(0.3)
-    history = Admission(Settings(data_dir=str(tmp_path), fair_share_window_s=0.2), store).history
+    history = SchedulingPass(Settings(data_dir=str(tmp_path), fair_share_window_s=0.2), store).history
     assert history.owed(TOTAL, time.time(), expected_s=0.0) == {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.scheduling.memory_fit import GB, MemoryFitPolicy, ModelSize, model_size, shard_degrees
-from workers.spec import JobSpec
+from service.scheduling.memory_fit import GB, MemoryFitPolicy, ModelSize, model_size, remedies, shard_degrees
+from workers.schema import JobSpec
 
 B = 1_000_000_000  # a billion parameters
 POLICY = MemoryFitPolicy()
@@ -82,7 +82,7 @@ def test_the_optimizer_sets_the_state_per_param(train, per_param):
 @pytest.mark.parametrize("param_dtype, base_bytes", [("float32", 4), ("bfloat16", 2)])
 def test_an_adapter_job_counts_its_frozen_base_at_its_dtype_and_its_adapters_at_16_bytes(
         param_dtype, base_bytes):
-    from workers.spec.adapter import adapter_params
+    from workers.schema.adapter import adapter_params
 
     llama = {"family": "llama", "n_layers": 4, "d_model": 256, "n_heads": 4, "vocab_size": 1024}
     spec = JobSpec.model_validate({"model": llama, "train": {"steps": 1},
@@ -101,3 +101,44 @@ def test_an_adapter_job_counts_its_frozen_base_at_its_dtype_and_its_adapters_at_
     worker = 1.2 * size.per_rank_bytes(1)[0] + size.per_rank_bytes(1)[1]
     assert POLICY.check(size, [(1, 1)], worker).fits
     assert not POLICY.check(full, [(1, 1)], worker).fits
+
+
+def job_of(**fields) -> JobSpec:
+    return JobSpec.model_validate({"model": {"n_layers": 8, "d_model": 1024, "n_heads": 8, "seq_len": 16},
+                                   "train": {"steps": 1}, **fields})
+
+
+def test_a_model_too_big_is_told_what_would_make_it_fit():
+    """The arithmetic says how many workers, how small a model, how much memory;
+    and that cpu_offload moves the state to the memory counted, not away from it."""
+    spec = job_of(resources_per_worker={"memory_gb": 0.2})
+    said = remedies(spec, 0.2 * GB, room=4, memory_field="resources_per_worker.memory_gb")
+    assert said.startswith("To fit: at least 11 workers (workers.max, train.global_batch_size at "
+                           "least 11; the cluster has room for 4 workers of this size: add nodes); or "
+                           "a model of at most about 12,123,181 parameters (this one has 101,238,784) "
+                           "at 1 workers; or resources_per_worker.memory_gb of at least 1.67"), said
+    assert "sharding.param_dtype bfloat16 (1.64 GB a rank at 1 workers, not enough alone)" in said
+    assert said.endswith("sharding.cpu_offload would not help: a CPU worker's state is in host "
+                         "memory already")
+    on_gpus = job_of(resources_per_worker={"cpu": 1, "gpu": 1})
+    said = remedies(on_gpus, 0.2 * GB)
+    assert "a larger resources_per_worker.cpu" in said
+    assert said.endswith("sharding.cpu_offload would not help: it moves a GPU's sharded state into "
+                         "host memory, the memory counted here"), said
+
+
+def test_the_remedies_say_when_workers_cannot_help_and_when_bfloat16_does():
+    gathering = job_of(workers=4, train={"steps": 1, "global_batch_size": 4},
+                       sharding={"strategy": "shard_grad_op", "blocks_per_unit": 2})
+    size = model_size(gathering)
+    fp32, bf16 = (sum(s.per_rank_bytes(4)) for s in (size, model_size(job_of(
+        workers=4, train={"steps": 1, "global_batch_size": 4},
+        sharding={"strategy": "shard_grad_op", "blocks_per_unit": 2, "param_dtype": "bfloat16"}))))
+    between = (fp32 + bf16) / 2
+    said = remedies(gathering, between)
+    assert f"sharding.param_dtype bfloat16 ({bf16 / GB:.2f} GB a rank at 4 workers)" in said, said
+    gathered = size.per_rank_bytes(1)[1]
+    said = remedies(gathering, gathered * 0.9)
+    assert said.startswith(f"To fit: no number of workers: what a rank gathers ({gathered / GB:.2f} "
+                           "GB) is the same at any shard degree (fewer sharding.blocks_per_unit or "
+                           "full_shard rather than shard_grad_op gathers less)"), said

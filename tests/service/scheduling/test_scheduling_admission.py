@@ -305,7 +305,7 @@ def test_every_decision_is_gang_valid_within_capacity_and_quota_and_explained(
 
 
 def test_a_demand_is_read_from_a_job_spec():
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     spec = JobSpec.model_validate({
         "workers": {"min": 1, "max": 4}, "resources_per_worker": {"cpu": 2, "gpu": 1},
@@ -318,7 +318,7 @@ def test_a_demand_is_read_from_a_job_spec():
 def test_an_elastic_job_may_start_at_every_size_in_min_max(free):
     # A global batch of 8 runs at any size up to 8 (8 over 3: 3, 3, 2), so an
     # elastic 2..6 job takes whatever fits, not only the sizes that divide 8.
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     spec = JobSpec.model_validate({"workers": {"min": 2, "max": 6}, "model": {},
                                    "train": {"steps": 5, "global_batch_size": 8}})

@@ -12,7 +12,7 @@ from service.states import JobState as S
 from service.store import JobNotFound
 from service.store.models import LOG_LINE_LENGTH
 from service.store.store import METRICS_BATCH
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 
 def test_create_and_get(store):

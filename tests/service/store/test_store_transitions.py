@@ -118,6 +118,19 @@ def test_expect_guards_the_current_state(store):
         store.transition(NO_SUCH_JOB, S.STARTING, reason="x")
 
 
+def test_each_change_written_is_told_once_and_a_refused_one_never(store):
+    told = []
+    store.on_transition = lambda tenant, to: told.append((tenant, to))
+    job = job_in(store, S.RUNNING)
+    with pytest.raises(IllegalTransition):
+        store.transition(job.id, S.QUEUED, reason="not from RUNNING")
+    with pytest.raises(UnexpectedState):
+        store.transition(job.id, S.PREEMPTING, reason="x", expect=S.STARTING)
+    store.note(job.id, "a note is no change")
+    store.transition(job.id, S.PREEMPTING, reason="preempted")
+    assert told == [("acme", S.STARTING), ("acme", S.RUNNING), ("acme", S.PREEMPTING)]
+
+
 def test_racing_the_same_transition_one_wins(store):
     job = submit(store)
     results = race(8, lambda i: store.transition(job.id, S.STARTING, reason=f"r{i}", attempt=i))

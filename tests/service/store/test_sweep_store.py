@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from service.leadership import Leadership
+from service.states import SweepState, TrialState
 from service.store.errors import Deposed
-from service.store.sweep_records import SweepState, TrialState
-from workers.spec.sweep import SweepSpec
+from workers.schema.sweep import SweepSpec
 
 SPEC = SweepSpec.model_validate({
     "name": "lr", "base": {"model": {"n_layers": 2}, "train": {"steps": 4}},

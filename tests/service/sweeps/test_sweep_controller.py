@@ -15,16 +15,16 @@ from optuna.trial import TrialState as OptunaState
 
 from service.settings import Settings
 from service.states import JobState as S
+from service.states import SweepState, TrialState
 from service.store.errors import SweepNotFound, SweepUnfinished
-from service.store.sweep_records import SweepState, TrialState
 from service.store.tenants import ADMIN_TENANT
 from service.supervisor import Supervisor
 from service.sweeps.controller import idempotency_key
 from service.sweeps.service import SweepService
 from service.sweeps.study import distributions, open_storage, study_url
 from tests.api.conftest import ADMIN_KEY, make_supervisor
-from workers.spec import JobSpec, SpecError
-from workers.spec.sweep import SweepSpec
+from workers.schema import JobSpec, SpecError
+from workers.schema.sweep import SweepSpec
 
 BASE = {"model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16},
         "train": {"steps": 3, "global_batch_size": 4}}
@@ -51,13 +51,13 @@ class StoreJobs:
                                      priority=spec.priority, idempotency_key=idempotency_key)
 
     def cancel(self, tenant, job_id):
-        return self.supervisor.cancel(tenant, job_id)
+        return self.supervisor.requests.cancel(tenant, job_id)
 
     def prune(self, job_id, step, reason):
-        return self.supervisor.prune(job_id, step, reason)
+        return self.supervisor.requests.prune(job_id, step, reason)
 
     def delete(self, tenant, job_id):
-        return self.supervisor.delete(tenant, job_id)
+        return self.supervisor.requests.delete(tenant, job_id)
 
 
 def checked(tenant: str, spec: JobSpec) -> JobSpec:
@@ -241,17 +241,47 @@ def test_the_median_pruner_prunes_a_trial_behind_the_median_after_startup_and_wa
 
 
 def test_a_point_whose_spec_is_refused_is_a_failed_trial_and_the_sweep_ends(supervisor):
+    """Every value passed the submit checks alone; a point is still refused when
+    its values are refused together (pydantic's, at the job's field) or when a
+    check answers otherwise by the time the trial is submitted."""
     service, _ = service_of(supervisor)
-    spec = sweep_spec(space={"train.steps": {"grid": [0, 7]}}, max_concurrent=2)
-    sweep, _ = service.submit("acme", spec, None)
+    spec = sweep_spec(space={"model.d_model": {"grid": [30, 34]}, "model.n_heads": {"grid": [4]}},
+                      max_concurrent=2)
+    sweep, _ = service.submit("acme", spec, None)  # 30 and 34 with 2 heads, 4 heads with 32: fine
     service.run_pass()
-    trials = {t.params["train.steps"]: t for t in supervisor.store.sweeps.trials(sweep.id)}
-    assert all(t.state is TrialState.FAILED and t.job_id is None for t in trials.values())
-    assert trials[0].error.startswith("train.steps: ")  # pydantic's, at the job's field
-    assert trials[7].error == "train.steps: train.steps: 7 is unlucky"  # the submit checks'
+    trials = supervisor.store.sweeps.trials(sweep.id)
+    assert len(trials) == 2 and all(t.state is TrialState.FAILED and t.job_id is None for t in trials)
+    assert all(t.error.startswith("model.d_model: ") and "divisible by model.n_heads (4)" in t.error
+               for t in trials)
     done = service.get("acme", sweep.id)
     assert done.state is SweepState.FAILED and "no trial succeeded (2 FAILED)" in done.error
     assert supervisor.store.list_jobs(tenant=None, sweep=sweep.id)[1] == 0
+
+    lenient = SweepService(supervisor.store, StoreJobs(supervisor), check=lambda tenant, spec: spec)
+    sweep, _ = lenient.submit("acme", sweep_spec(space={"train.steps": {"grid": [7]}}), None)
+    lenient.run_pass()  # the trial's submit checks (`checked`) refuse what the sweep's passed
+    (trial,) = supervisor.store.sweeps.trials(sweep.id)
+    assert trial.state is TrialState.FAILED and trial.error == "train.steps: train.steps: 7 is unlucky"
+
+
+def test_submit_refuses_a_value_of_the_space_naming_the_field_and_the_value(supervisor):
+    """Each value of a grid or a choice and each bound of a range, alone on the
+    base, goes through the submit checks: pydantic's and the service's."""
+    service, _ = service_of(supervisor)
+    for space, field, says in (
+            ({"train.steps": {"grid": [3, 7]}}, "space.train.steps",
+             "space.train.steps: grid value 7 is refused: train.steps: train.steps: 7 is unlucky"),
+            ({"train.steps": {"int": [0, 5]}}, "space.train.steps",
+             "space.train.steps: int bound 0 is refused: train.steps: Input should be greater than "
+             "or equal to 1"),
+            ({"train.lr": {"uniform": [0.001, 11.0]}}, "space.train.lr",
+             "space.train.lr: uniform bound 11.0 is refused: train.lr: "),
+            ({"model.n_heads": {"choice": [2, 3]}}, "space.model.n_heads",
+             "space.model.n_heads: choice value 3 is refused: model.d_model: ")):
+        with pytest.raises(SpecError) as refused:
+            service.submit("acme", sweep_spec(space=space, sampler="random"), None)
+        assert refused.value.field == field and str(refused.value).startswith(says), str(refused.value)
+    assert supervisor.store.sweeps.list(tenant=None) == []
 
 
 def test_a_restart_mid_sweep_loses_or_doubles_no_trial(tmp_path, store, empty_studies):

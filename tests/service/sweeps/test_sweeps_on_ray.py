@@ -13,10 +13,10 @@ import pytest
 
 from service.run.launch import group_name
 from service.states import JobState as S
-from service.store.sweep_records import SweepState, TrialState
+from service.states import SweepState, TrialState
 from service.supervisor import Supervisor
 from tests.api.conftest import make_supervisor
-from workers.spec.sweep import SweepSpec
+from workers.schema.sweep import SweepSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -118,7 +118,7 @@ def test_asha_prunes_a_diverging_trial_which_stops_with_its_checkpoint_kept(tmp_
         assert bad.objective > good.objective
         reasons = [e.reason for e in store.events(job.id) if e.to_state is S.PRUNING]
         assert reasons and reasons[0].startswith(f"pruned at step {bad.pruned_step}: ")
-        kept = [c["step"] for c in supervisor.checkpoints("acme", job.id)]
+        kept = [c["step"] for c in supervisor.views.checkpoints("acme", job.id)]
         # kept, not removed (a save in flight as it stopped may commit one step later still)
         assert kept and job.latest_checkpoint["step"] in kept
     finally:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.workers.engine_spec import engine_job, engine_spec
 from workers.engine.local import run_single_process
-from workers.spec import Strategy
+from workers.schema import Strategy
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

@@ -40,7 +40,7 @@ def test_a_pooled_process_serves_one_group_and_dies_with_it(pool):
     server = pool.fork_servers.launch(node)
     with WorkerGroup(2, pool=pool, name_prefix=name) as group:
         assert group.pooled_ranks == [0]
-        first = [info["pid"] for info in group.node_infos]
+        first = [info.pid for info in group.node_infos]
         assert [_parent(pid) for pid in first] == [server["pid"]] * 2
         per_rank = group.train(tiny_job(2))
         assert [len(rows) for rows in per_rank] == [2, 2]
@@ -50,7 +50,7 @@ def test_a_pooled_process_serves_one_group_and_dies_with_it(pool):
     assert pool.wait_warm(WARM_WITHIN_S)
     with WorkerGroup(1, pool=pool, name_prefix=unique_prefix()) as again:
         assert again.pooled_ranks == [0]
-        assert again.node_infos[0]["pid"] not in first
+        assert again.node_infos[0].pid not in first
     assert pool.handed_out == 2
 
 
@@ -76,10 +76,10 @@ def test_a_group_with_pooled_ranks_is_found_again_by_name(pool):
         assert group.pooled_ranks == [0]
         assert WorkerGroup.reclaim(name, 1)._actors == [None]  # not by the group's own names
         found = WorkerGroup.attach(name, 1, pool_prefix=pool.name_prefix)
-        assert [i["pid"] for i in found.node_infos] == [i["pid"] for i in group.node_infos]
+        assert [i.pid for i in found.node_infos] == [i.pid for i in group.node_infos]
     finally:
         WorkerGroup.reclaim(name, 1, pool_prefix=pool.name_prefix).shutdown()
-    assert_nothing_left(name, [i["pid"] for i in group.node_infos])
+    assert_nothing_left(name, [i.pid for i in group.node_infos])
 
 
 def test_a_new_pool_clears_what_a_crashed_one_left_idle(pool):

@@ -15,7 +15,7 @@ from tests.workers.engine_spec import (
     recipe_tolerance,
 )
 from workers.engine.local import run_single_process
-from workers.spec import Strategy
+from workers.schema import Strategy
 
 STRATEGIES = get_args(Strategy)
 

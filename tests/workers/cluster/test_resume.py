@@ -111,7 +111,10 @@ def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_neve
     root = f"file://{tmp_path}/store"
     job_target = target((root, {}), "killed")
     # A model big enough (~3M params, ~40 MB with Adam) that a save takes a while.
-    job = JOB | {"model": {"n_layers": 4, "d_model": 256, "n_heads": 4, "seq_len": 32}}
+    # No in-memory snapshots: the group fails as a whole and resumes from disk, the path
+    # this test is about (recovery in place is tests/workers/cluster/test_in_place.py's).
+    job = JOB | {"model": {"n_layers": 4, "d_model": 256, "n_heads": 4, "seq_len": 32},
+                 "checkpoint": {**JOB["checkpoint"], "memory_every_steps": 0}}
     store = CheckpointStore(root, tenant="acme", job="killed", secret=SECRET.encode())
     step20 = tmp_path / "store/tenants/acme/jobs/killed/checkpoints/step-000000020"
 
@@ -121,7 +124,7 @@ def test_a_rank_killed_while_writing_leaves_the_last_commit_and_a_torn_step_neve
         while not step20.exists():  # the save of step 20 has begun
             assert time.monotonic() < deadline, "step 20 was never written"
             time.sleep(0.002)
-        os.kill(group.node_infos[1]["pid"], signal.SIGKILL)
+        os.kill(group.node_infos[1].pid, signal.SIGKILL)
         with pytest.raises(RankLostError, match="rank 1"):
             run.wait(timeout_s=60)
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from checkpoints import CheckpointStore
-from tests.waiting import wait_until
+from tests.waiting import alive, wait_until
 from workers.engine.distributed import apply_watchdog_env, watchdog_env
 from workers.cluster.group import WorkerGroup
 
@@ -28,19 +28,12 @@ JOB = {
 }
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
 
 def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path, fork_pool):
     target = {"root": f"file://{tmp_path}/store", "tenant": "acme", "job": "j1", "secret": SECRET}
     prefix = f"test-{uuid.uuid4().hex[:8]}"
     with WorkerGroup(2, name_prefix=prefix, pool=fork_pool) as group:
-        pids = [info["pid"] for info in group.node_infos]
+        pids = [info.pid for info in group.node_infos]
         run = group.start_training(JOB, checkpoint=target)
         assert wait_until(lambda: len(run.progress()) >= 3, 120), "training never made a step"
         os.kill(pids[1], signal.SIGTERM)
@@ -51,8 +44,8 @@ def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path, fork_p
         assert all(alive(pid) for pid in pids)
     stopped = per_rank[0][-1]["step"]
     assert stopped < STEPS, "the job ended before the notice landed"
-    assert status["state"] == "preempted" and status["sigterm_ranks"] == [1]
-    assert f"rank 1 (pid {pids[1]}," in status["reason"] and "SIGTERM" in status["reason"]
+    assert status.state == "preempted" and status.sigterm_ranks == [1]
+    assert f"rank 1 (pid {pids[1]}," in status.reason and "SIGTERM" in status.reason
     assert per_rank[0][-1]["checkpoint_step"] == stopped  # the emergency checkpoint
     assert per_rank[1][-1]["step"] == stopped  # both ranks stopped at the same boundary
     store = CheckpointStore(target["root"], tenant="acme", job="j1", secret=SECRET.encode())
@@ -70,7 +63,7 @@ def test_sigterm_checkpoints_at_the_next_step_and_stops_cleanly(tmp_path, fork_p
 
 def test_sigterm_to_an_idle_rank_ends_it_as_ray_would(fork_pool):
     with WorkerGroup(1, pool=fork_pool) as group:
-        pid = group.node_infos[0]["pid"]
+        pid = group.node_infos[0].pid
         os.kill(pid, signal.SIGTERM)
         assert wait_until(lambda: not alive(pid), 30)
 
@@ -78,7 +71,7 @@ def test_sigterm_to_an_idle_rank_ends_it_as_ray_would(fork_pool):
 def test_the_nccl_watchdog_is_set_up_only_for_nccl(monkeypatch):
     assert watchdog_env("gloo", 30) == {}
     env = watchdog_env("nccl", 30)
-    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"  # the communicator aborted, the process kept
     assert env["TORCH_NCCL_ENABLE_MONITORING"] == "1"
     assert int(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) >= 60
     for key in env:

@@ -12,7 +12,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.state import list_actors, list_placement_groups
 
-from tests.waiting import wait_until
+from tests.waiting import alive, wait_until
 from workers.cluster.errors import (
     CapacityError,
     PlacementTimeoutError,
@@ -32,7 +32,9 @@ def tiny_job(steps: int, data: dict | None = None) -> dict:
     return {
         "model": {"n_layers": 2, "d_model": 48, "n_heads": 4, "seq_len": 32},
         "train": {"steps": steps, "global_batch_size": 12, "lr": 3e-3},
-        "checkpoint": {"every_steps": 0},
+        # No in-memory snapshots: a lost rank fails the group, what this module is
+        # about (its replacement in place is tests/workers/cluster/test_in_place.py's).
+        "checkpoint": {"every_steps": 0, "memory_every_steps": 0},
         "data": data or {"source": "synthetic"},
     }
 
@@ -50,15 +52,7 @@ def leftovers(prefix: str, pids: list[int] = ()) -> list[str]:
               if a.name.startswith(prefix)]
     pgs = [p.name for p in list_placement_groups(here, filters=[("state", "!=", "REMOVED")],
                                                  limit=10_000) if p.name.startswith(prefix)]
-    return actors + pgs + [f"pid {pid}" for pid in pids if _process_alive(pid)]
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return actors + pgs + [f"pid {pid}" for pid in pids if alive(pid)]
 
 
 def assert_nothing_left(prefix: str, pids: list[int] = ()) -> None:
@@ -74,7 +68,7 @@ def normal_run():
     group = WorkerGroup(2, name_prefix=prefix)
     with group:
         seen = {"backend": group.backend, "rendezvous": group.rendezvous}
-        seen["pids"] = [info["pid"] for info in group.node_infos]
+        seen["pids"] = [info.pid for info in group.node_infos]
         run = group.start_training(tiny_job(steps=4))
         seen["per_rank"] = run.wait(timeout_s=120)
         seen["progress"] = run.progress()
@@ -117,7 +111,7 @@ def _kill_with_ray(group: WorkerGroup, rank: int) -> None:
 
 
 def _kill_with_sigkill(group: WorkerGroup, rank: int) -> None:
-    os.kill(group.node_infos[rank]["pid"], signal.SIGKILL)
+    os.kill(group.node_infos[rank].pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +122,7 @@ def _kill_with_sigkill(group: WorkerGroup, rank: int) -> None:
 def test_lost_rank_mid_training_is_named_within_a_minute(kill, rank):
     prefix = unique_prefix()
     group = WorkerGroup(2, name_prefix=prefix).start()
-    pids = [info["pid"] for info in group.node_infos]
+    pids = [info.pid for info in group.node_infos]
     run = group.start_training(tiny_job(steps=100_000))  # would run for hours
     assert wait_until(lambda: len(run.progress()) >= 1, 120, every_s=0.2), "training never made a step"
     assert run.wait(timeout_s=0) is None  # a poll: still running
@@ -149,12 +143,12 @@ def test_training_error_names_the_rank_and_the_remote_error(tmp_path):
     short.write_bytes(b"abc")  # fewer bytes than one sample: every rank raises
     prefix = unique_prefix()
     with WorkerGroup(2, name_prefix=prefix) as group:
-        pids = [info["pid"] for info in group.node_infos]
+        pids = [info.pid for info in group.node_infos]
         with pytest.raises(RankFailedError) as failed:
             group.train(tiny_job(steps=2, data={"source": "uri", "uri": f"file://{short}"}))
     assert failed.value.rank == 0
     assert str(failed.value).startswith(f"rank 0 (pid {pids[0]}, node ")
-    assert "ValueError" in str(failed.value) and "too short for seq_len 32" in str(failed.value)
+    assert "DataError" in str(failed.value) and "too short for seq_len 32" in str(failed.value)
     assert_nothing_left(prefix, pids)
 
 

@@ -18,7 +18,7 @@ from workers.datasets.errors import DataError
 from workers.datasets.prepare import expand_inputs
 from workers.datasets.sources import token_source
 from workers.datasets.token_shards import TokenShardSource
-from workers.spec import JobSpec, SpecError
+from workers.schema import JobSpec, SpecError
 
 
 def spec(uri: str, vocab: int = 512, **data) -> JobSpec:

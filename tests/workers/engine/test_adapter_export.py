@@ -23,7 +23,7 @@ from tests.workers.hf_ranks import MODEL, SECRET, hf_llama, tokens
 from workers.engine.distributed import destroy_process_group, init_single_process
 from workers.engine.export import export_checkpoint, export_problem, export_request
 from workers.engine.export_plan import CheckpointTensors
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 STEPS = 4
 ADAPTER = {"rank": 4, "alpha": 8}

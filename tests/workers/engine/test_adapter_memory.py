@@ -1,4 +1,4 @@
-"""The memory theory of an adapter job (workers/spec/adapter.py
+"""The memory theory of an adapter job (workers/schema/adapter.py
 `job_state_bytes`, the engine's `mem_theory_bytes` metric and admission's
 memory fit), measured on real gloo process groups of 1 and 2 ranks after one
 real step of the engine's Trainer on a tiny Llama with LoRA on all seven
@@ -22,8 +22,8 @@ from tests.checkpoints.ckpt_harness import run_ranks
 from tests.workers.engine.memory_ranks import state_bytes
 from tests.workers.engine.test_memory_claims import read
 from tests.workers.engine_spec import engine_job
-from workers.spec.adapter import LLAMA_TARGETS, adapter_params, job_state_bytes
-from workers.spec.base import DTYPE_BYTES
+from workers.schema.adapter import LLAMA_TARGETS, adapter_params, job_state_bytes
+from workers.schema.base import DTYPE_BYTES
 
 ADAPTER_BYTES_PER_PARAM = 16  # fp32 param + grad + AdamW's exp_avg + exp_avg_sq
 LLAMA = {"family": "llama", "n_kv_heads": 2}

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from workers.engine.distributed import destroy_process_group, init_single_process
-from workers.spec import JobSpec
-from workers.spec.adapter import adapter_params, job_state_bytes
+from workers.schema import JobSpec
+from workers.schema.adapter import adapter_params, job_state_bytes
 
 LLAMA = {"family": "llama", "n_layers": 2, "d_model": 32, "n_heads": 4, "n_kv_heads": 2,
          "seq_len": 16, "vocab_size": 256}
@@ -49,7 +49,7 @@ def test_step_zero_is_the_base_and_only_the_adapters_train(one_rank):
     assert len(trainable) == 2 * 7 * LLAMA["n_layers"]
     assert all(".lora_A." in n or ".lora_B." in n for n in trainable)
     assert sum(p.numel() for p in lora.model.parameters() if p.requires_grad) == \
-        adapter_params(lora.config.model, lora.config.adapter)
+        adapter_params(lora.spec.model, lora.spec.adapter)
     before = {n: full(p) for n, p in lora.model.named_parameters()}
     history = lora.run()
     assert history[-1]["loss"] < history[0]["loss"]
@@ -59,9 +59,9 @@ def test_step_zero_is_the_base_and_only_the_adapters_train(one_rank):
     state = lora.optimizer.state
     assert len(state) == len(trainable) and all(p.requires_grad for p in state)
     # the metric's theory: the frozen base at 4 B and the adapters' 16 B per parameter
-    assert history[0]["mem_theory_bytes"] == int(job_state_bytes(lora.config, lora.num_params, 1))
+    assert history[0]["mem_theory_bytes"] == int(job_state_bytes(lora.spec, lora.num_params, 1))
     assert history[0]["mem_theory_bytes"] == 4 * lora.num_params + \
-        16 * adapter_params(lora.config.model, lora.config.adapter)
+        16 * adapter_params(lora.spec.model, lora.spec.adapter)
     assert len(names) > len(trainable)
 
 
@@ -75,5 +75,5 @@ def test_a_bf16_base_is_held_in_bf16_beside_fp32_adapters(one_rank):
     assert frozen == {torch.bfloat16} and trained == {torch.float32}, dtypes
     history = lora.run()
     assert history[-1]["loss"] < history[0]["loss"]
-    adapters = adapter_params(lora.config.model, lora.config.adapter)
+    adapters = adapter_params(lora.spec.model, lora.spec.adapter)
     assert history[0]["mem_theory_bytes"] == 2 * lora.num_params + 16 * adapters

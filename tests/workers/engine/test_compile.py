@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tests.workers.engine_spec import engine_spec
 from workers.cluster.errors import is_permanent
-from workers.spec import JobSpec, explain
+from workers.schema import JobSpec, explain
 
 STEPS = 20
 

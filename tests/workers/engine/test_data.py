@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from workers.spec import DataSpec, ModelSpec
+from workers.cluster.errors import permanent_cause
+from workers.datasets.errors import DataError
+from workers.schema import DataSpec, ModelSpec
 from workers.engine.data import RankBatches, build_source, builtin_corpus
 
 MODEL = ModelSpec(seq_len=16)
@@ -84,3 +86,19 @@ def test_a_file_too_short_for_a_window_is_refused(tmp_path):
     path.write_bytes(b"abc")
     with pytest.raises(ValueError, match="too short for seq_len 16"):
         build_source(DataSpec(source="uri", uri=str(path)), MODEL, seed=0)
+
+
+@pytest.mark.parametrize("make", ["missing", "folder", "short"])
+def test_a_byte_file_gone_bad_since_submit_fails_the_rank_for_good_naming_it(tmp_path, make):
+    """What the submit checked (workers/datasets/byte_file.py) is checked again as a rank
+    reads it: a DataError naming the file, which the lifecycle fails at once, not restarted."""
+    path = tmp_path / "corpus.bin"
+    if make == "folder":
+        path.mkdir()
+    elif make == "short":
+        path.write_bytes(b"abc")
+    with pytest.raises(DataError) as failed:
+        build_source(DataSpec(source="uri", uri=f"file://{path}"), MODEL, seed=0)
+    message = f"rank 0 (pid 1, node n) failed: {type(failed.value).__name__}: {failed.value}"
+    assert message.startswith(f"rank 0 (pid 1, node n) failed: DataError: file://{path}: ")
+    assert permanent_cause(message) == "its data is bad: fix or replace the file named, then submit again"

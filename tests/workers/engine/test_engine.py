@@ -9,7 +9,7 @@ import pytest
 
 from tests.workers.engine_spec import engine_job, engine_spec
 from workers.engine.local import run_single_process
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 
 def job(**overrides) -> JobSpec:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.workers.engine_spec import TINY_MODEL, engine_spec
 from workers.engine.local import run_single_process
-from workers.spec import JobSpec, Strategy
+from workers.schema import JobSpec, Strategy
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

@@ -9,7 +9,7 @@ import pytest
 
 from checkpoints import CheckpointTarget
 from workers.engine.distributed import destroy_process_group, init_single_process
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SECRET = "final-checkpoint-secret-0123456789abcdef"
 
@@ -31,9 +31,10 @@ def one_rank():
 
 
 @pytest.mark.parametrize("steps, checkpoint, saved", [
-    (3, {"every_steps": 0}, [3]),  # no interval: the end is the one save
-    (3, {"every_steps": 0, "async": True}, [3]),  # committed before the run returns
+    (3, {"every_steps": 0, "async": False}, [3]),  # no interval: the end is the one save
+    (3, {"every_steps": 0}, [3]),  # async (the default): committed before the run returns
     (5, {"every_steps": 2}, [2, 4, 5]),  # the interval, then the end off it
+    (5, {"every_steps": 2, "async": False}, [2, 4, 5]),  # the same, every save blocking
     (4, {"every_steps": 2}, [2, 4]),  # the end on the interval: saved once
 ])
 def test_the_last_step_is_always_saved(one_rank, tmp_path, steps, checkpoint, saved):

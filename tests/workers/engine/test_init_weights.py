@@ -156,7 +156,7 @@ def test_import_and_export_through_s3(tmp_path, one_rank, moto_s3, s3_bucket):
     with torch.no_grad():
         assert (trainer.model(tokens()) - expected_logits(theirs)).abs().max() <= 1e-5
     trainer.run()
-    done = export_checkpoint(export_request(vars(target), trainer.config.model, 3, "float32",
+    done = export_checkpoint(export_request(vars(target), trainer.spec.model, 3, "float32",
                                             10**9))
     exports = target.open_exports()
     assert [e.id for e in exports.list_committed()] == [done["id"]]

@@ -1,4 +1,4 @@
-"""The README's memory claims, measured on real gloo process groups of 1..4 ranks
+"""The memory claims of docs/job-spec.md (Models), measured on real gloo process groups of 1..4 ranks
 (spawned processes: tests/checkpoints/ckpt_harness.py run_ranks):
 
 - "16 B/param / N of sharded state (fp32 AdamW)": after one real step of the
@@ -17,7 +17,7 @@
   full size is alive at a time, and what is alive at once never exceeds this
   rank's shards plus that one parameter (and small index tensors: 1% of the
   model allowed) (the seeded init generates each
-  parameter whole, one at a time, and keeps its piece: README, Models), which
+  parameter whole, one at a time, and keeps its piece: docs/job-spec.md, Models), which
   at N >= 2 is less than the whole model.
 """
 
@@ -69,7 +69,7 @@ def test_each_rank_holds_16_bytes_per_param_over_n_of_params_grads_and_adam_stat
 @pytest.mark.parametrize("recipe", OPTIMIZERS)
 def test_each_optimizers_state_per_rank_is_what_its_descriptor_counts(tmp_path, recipe):
     """`mem_theory_bytes` = 8 B/param / N of params and grads + the optimizer's
-    own count (workers/spec/recipes.py), held against what 3 ranks hold after a step."""
+    own count (workers/schema/recipes.py), held against what 3 ranks hold after a step."""
     world_size = 3
     run_ranks(state_bytes, world_size, str(tmp_path), OPTIMIZERS[recipe])
     for rank, held in enumerate(read(tmp_path, "state", world_size)):

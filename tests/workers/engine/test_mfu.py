@@ -14,7 +14,7 @@ from workers.engine.peak_flops import (
     matmul_dtype,
     table_peak,
 )
-from workers.spec.flops import job_flops_per_token
+from workers.schema.flops import job_flops_per_token
 
 
 @pytest.mark.parametrize(("name", "dtype", "tflops"), [

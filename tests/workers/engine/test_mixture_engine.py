@@ -12,7 +12,7 @@ from tests.workers.datasets.corpus import documents, write_jsonl, write_tokenize
 from tests.workers.engine_spec import engine_job, engine_spec
 from workers.datasets.prepare import prepare
 from workers.engine.local import run_single_process
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

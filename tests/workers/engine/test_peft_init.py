@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from tests.checkpoints.ckpt_harness import init_single_rank, run_ranks
 from tests.workers.hf_ranks import hf_llama, job_spec, tokens
 from tests.workers.peft_dirs import TARGETS, continue_and_forward, peft_adapter
-from workers.spec import SpecError
+from workers.schema import SpecError
 
 ADAPTER = {"rank": 4, "alpha": 8, "targets": TARGETS}
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from workers.engine import schedules
-from workers.spec import TrainSpec
+from workers.schema import TrainSpec
 
 
 def curve(steps: int = 20, **train) -> list[float]:

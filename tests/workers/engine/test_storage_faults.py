@@ -15,7 +15,7 @@ import pytest
 
 from checkpoints import CheckpointTarget
 from workers.engine.distributed import destroy_process_group, init_single_process
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 
 SECRET = "storage-fault-secret-0123456789abcdef"
 

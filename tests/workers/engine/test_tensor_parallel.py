@@ -13,7 +13,7 @@ import pytest
 
 from workers.cluster.group import WorkerGroup
 from workers.engine.local import run_single_process
-from workers.spec import JobSpec
+from workers.schema import JobSpec
 from workers.engine.tensor_parallel import tp_comm_theory_bytes
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]

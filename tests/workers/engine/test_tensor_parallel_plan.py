@@ -10,8 +10,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from workers.spec.families import model_family, registered_families
-from workers.spec import JobSpec, ModelSpec, SpecError
+from workers.schema.families import model_family, registered_families
+from workers.schema import JobSpec, ModelSpec, SpecError
 from workers.engine.tensor_parallel import params_per_tp_rank, tp_comm_theory_bytes
 
 LLAMA = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 8, "n_kv_heads": 4,

@@ -6,7 +6,7 @@ tests/checkpoints/ckpt_harness.py run_ranks).
   1..3 (uneven shards); torch's optimizer on this rank's rows alone, or handed
   FSDP2's DTensor shard, lands elsewhere;
 - each rank's optimizer state after a step of the engine is what the
-  descriptor counts (workers/spec/recipes.py).
+  descriptor counts (workers/schema/recipes.py).
 
 The engine's runs against one process (every strategy at world sizes 2 and 3,
 (dp, tp) = (1, 2), a resume at another world size) are the other optimizers'
@@ -69,7 +69,7 @@ def test_a_loaded_muon_steps_its_adamw_part_from_the_loaded_state():
     from torch import nn
 
     from workers.engine.whole_matrix import build_muon
-    from workers.spec import TrainSpec
+    from workers.schema import TrainSpec
 
     def model() -> nn.Module:
         torch.manual_seed(0)

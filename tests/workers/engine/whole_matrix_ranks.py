@@ -33,7 +33,7 @@ def one_step(rank: int, world_size: int, out: str, optimizer: str) -> None:
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     from workers.engine.whole_matrix import build_adafactor, build_muon
-    from workers.spec import TrainSpec
+    from workers.schema import TrainSpec
 
     torch.manual_seed(0)
     start, grads = torch.randn(ROWS, COLUMNS), [torch.randn(ROWS, COLUMNS) for _ in range(2)]

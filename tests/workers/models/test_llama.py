@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from workers.models import build_model
-from workers.spec import ModelSpec
+from workers.schema import ModelSpec
 
 CASES = {
     "mha": dict(n_layers=2, d_model=64, n_heads=4, vocab_size=300, seq_len=32),
@@ -71,7 +71,7 @@ def test_llama_shape_refusals(fields, message):
 def test_a_gpt_config_hash_is_what_it_was_before_the_llama_fields():
     """Checkpoints written before the Llama family keep resuming: their config
     hash (pinned here from the code before it) does not move."""
-    from workers.spec import JobSpec
+    from workers.schema import JobSpec
 
     spec = JobSpec.model_validate({"model": {"n_layers": 2}, "train": {"steps": 3}})
     assert spec.config_hash() == "2444a747562abe63cf6d305ee442b816b007edc5a2745f625e2af184aaa338d4"

@@ -3,7 +3,7 @@
 Every insert, update and delete of a job adds one to its tenant's row, in the
 writing transaction, whoever writes (the store, a second API process, a
 script): `GET /v1/jobs` answers a page it made before while the count it was
-made at still stands (`service.store.job_reads`, `api.job_json`). A TRUNCATE
+made at still stands (`service.store.job_reads`, `api.server.job_json`). A TRUNCATE
 fires no row trigger: whoever empties `jobs` that way restarts the API.
 
 Revision ID: 0006

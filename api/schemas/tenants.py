@@ -1,0 +1,119 @@
+"""Tenants (`api.server.routes.tenants`): the admin's create, update and
+read, a key answered once, the caller's own tenant (`GET /v1/whoami`) with
+what it uses now, and each tenant's fair share (`api.server.routes.fair_share`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.base import Public, Request
+from workers.schema import MAX_PRIORITY
+
+TenantName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+                                   description="lower-case letters, digits and '-'; not 'admin'")]
+Limit = Annotated[int, Field(ge=0, le=1_000_000)] | None  # None: no limit
+Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY)]
+# A tenant's fair-share weight: fair share divides each tenant's service by it
+# (service/scheduling/fair_share.py), so the range keeps that quotient finite and
+# ordered (5e-324 would make every tenant's key inf): a 10^6 spread, ends included.
+MIN_WEIGHT, MAX_WEIGHT = 0.001, 1000.0
+Weight = Annotated[float, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False,
+                                description="fair-share weight, 0.001 to 1000")]
+
+
+class TenantQuota(Request):
+    """A tenant's limits; a missing or null one is no limit."""
+
+    model_config = ConfigDict(from_attributes=True)  # also a part of TenantPublic
+
+    max_workers: Limit = None
+    max_gpus: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
+    max_running_jobs: Limit = None
+    max_queued_jobs: Limit = None
+
+
+class TenantCreate(Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "name": "acme", "quota": {"max_workers": 4, "max_queued_jobs": 10}, "weight": 2}]})
+
+    name: TenantName
+    quota: TenantQuota = Field(default_factory=TenantQuota)
+    max_priority: Priority = MAX_PRIORITY
+    weight: Weight = 1.0
+
+
+class TenantUpdate(Request):
+    """What to change; `quota` changes only the limits it names."""
+
+    quota: TenantQuota | None = None
+    max_priority: Priority | None = None
+    weight: Weight | None = None
+
+
+class TenantPublic(Public):
+    id: str
+    name: str
+    quota: TenantQuota
+    max_priority: int
+    weight: float
+    created_at: datetime
+    updated_at: datetime
+    # where its data goes: the only place its specs' data uris may name (None: a server before it)
+    data_prefix: str | None = None
+
+
+class TenantKey(TenantPublic):
+    """A tenant with its API key: answered once, at creation or rotation."""
+
+    api_key: str
+
+
+class TenantsPublic(BaseModel):
+    items: list[TenantPublic]
+    total: int
+
+
+class TenantSharePublic(Public):
+    tenant: str
+    weight: float
+    quota: TenantQuota
+    running_jobs: int
+    queued_jobs: int
+    workers: int
+    cpu: float
+    gpu: float
+    share_now: float  # dominant share of the cluster held now, 0..1
+    entitled: float  # weight over the weights of the tenants wanting something now
+    service: float  # dominant share-seconds over the fair-share window (latest pass)
+    data_prefix: str | None = None  # where its data goes
+
+
+class TenantSharesPublic(BaseModel):
+    items: list[TenantSharePublic]
+
+
+class TenantUsageNow(Public):
+    """What a tenant's jobs hold and wait for now, against its quota."""
+
+    running_jobs: int = 0
+    queued_jobs: int = 0
+    workers: int = 0
+    cpu: float = 0.0
+    gpu: float = 0.0
+
+
+class WhoamiPublic(BaseModel):
+    """`GET /v1/whoami`: the caller's tenant (the admin key: "admin"), where
+    its data goes, its limits and what it uses of them now."""
+
+    tenant: str
+    tenant_id: str | None = None  # None for the admin, which has no tenant record
+    admin: bool
+    data_prefix: str  # `data.uri` in a spec, inputs and outputs of a dataset: under here
+    quota: TenantQuota
+    max_priority: int
+    weight: float
+    usage: TenantUsageNow
