@@ -21,7 +21,9 @@ For each QUEUED or RUNNING sweep, in order:
    idempotency key `sweep-{id}-t{k}`. A point whose spec is refused is a
    trial FAILED with the refusal's message;
 4. the sweep goes RUNNING at its first job, and SUCCEEDED (or FAILED, when no
-   trial succeeded) once every trial of its budget has ended.
+   trial succeeded) once every trial of its budget has ended and every job of
+   it too (a pruned trial ends as its job goes PRUNING; the sweep waits for
+   PRUNED, so a sweep that ended holds no ranks).
 
 Crash safety: each step is written before the next is taken, and each is
 taken again harmlessly. A trial Optuna asked for but the store has no row of
@@ -168,11 +170,22 @@ class SweepController:
 
         if submitted:
             self._started(sweep, rows)
-        if len(rows) >= spec.trial_budget and all(r.state.is_terminal for r in rows.values()):
+        if (len(rows) >= spec.trial_budget and all(r.state.is_terminal for r in rows.values())
+                and not self._stopping(rows.values())):
             if any(r.state is TrialState.SUCCEEDED for r in rows.values()):
                 self._end(sweep, SweepState.SUCCEEDED, None)
             else:
                 self._end(sweep, SweepState.FAILED, _no_success(list(rows.values())))
+
+    def _stopping(self, rows) -> bool:
+        """A pruned trial's job still stops (PRUNING): its trial has ended, and
+        the next trial may start, but the sweep ends only with its last job."""
+        for row in rows:
+            if row.state is TrialState.PRUNED and row.job_id is not None:
+                job = self.store.get_job(row.job_id)
+                if job is not None and not job.state.is_terminal:
+                    return True
+        return False
 
     # -- a trial --------------------------------------------------------------
 

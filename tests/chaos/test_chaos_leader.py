@@ -59,6 +59,14 @@ def replicas(head, tmp_path_factory):
             group.stop()
 
 
+@pytest.fixture(autouse=True)
+def whole_deployment(replicas):
+    """Each scenario finds all three replicas: one that failed midway does not
+    leave the next with a replica short (or none)."""
+    yield
+    replicas.restore()
+
+
 @pytest.fixture(scope="module")
 def probe(head, replicas):
     p = RayProbe(address=head.address, token=head.token)
@@ -107,6 +115,22 @@ def ranks(watch: PidWatch, leader, timeout_s: float = 30) -> list[int]:
     return sorted(pids)
 
 
+def reattached(watch: PidWatch, leader, times: int, timeout_s: float = 60) -> list[int] | None:
+    """Once the job's events say its group was reattached `times` times (each new
+    leader's reconcile), the rank pids the leader lists, or None where the job
+    ended meanwhile: its ranks train on without a leader, and on a fast run they
+    may finish the last steps before the new leader looks (that the same ranks
+    went on is then told by no restart, no new pid and the curve)."""
+    deadline = time.monotonic() + timeout_s
+    while sum("reattached to worker group" in e["reason"]
+              for e in leader.get(f"/v1/jobs/{watch.job_id}/events")) < times:
+        assert time.monotonic() < deadline, f"{leader.name} never reattached to {watch.job_id}'s group"
+        time.sleep(0.2)
+    watch.server = leader
+    pids = watch.sample()
+    return sorted(pids) if pids else None
+
+
 def transitions(server, job_id: str) -> list[str]:
     """The job's states in order, without its notes (a new leader's reattachment is one)."""
     return [e["to_state"] for e in server.get(f"/v1/jobs/{job_id}/events")
@@ -129,12 +153,13 @@ def test_two_leaders_killed_in_turn_mid_run(replicas, probe, reference):
     job = leader.submit(chaos_spec("leader2"))["id"]
     watch = PidWatch(leader, job)
     lost = []
-    for at in (10, 30):  # the first leader, then the one that took over: the third leads
+    for n, at in enumerate((10, 25), start=1):  # the first leader, then the next: the third leads
         leader = replicas.leader()
         wait_for(leader, job, lambda j, at=at: j["state"] == "RUNNING" and j["step"] >= at)
         before = ranks(watch, leader)
         lost.append(failover(replicas))
-        assert ranks(watch, replicas.leader()) == before  # the same rank processes, reattached
+        after = reattached(watch, replicas.leader(), n)
+        assert after in (before, None), (after, before)  # the same rank processes, reattached
     done = finish(replicas, probe, job, watch, reference)
     for replica in lost:
         comes_back(replicas, replica)
@@ -166,7 +191,7 @@ def test_a_leader_stopped_past_its_lease_takes_no_action_when_woken(replicas, pr
     stopped_at = datetime.now(UTC)
     old.pause()  # frozen mid-term, its connections open, until woken
     new = replicas.leader(timeout_s=FAILOVER_S + 5, other_than=old)
-    assert ranks(watch, new) == before
+    assert reattached(watch, new, 1) in (before, None)  # the same rank processes, reattached
     queued = new.submit(chaos_spec("leader-stopped-queued"))["id"]  # admitted by the new leader
     queued_watch = PidWatch(new, queued)
     wait_for(new, queued, lambda j: j["state"] == "RUNNING")
@@ -182,6 +207,7 @@ def test_a_leader_stopped_past_its_lease_takes_no_action_when_woken(replicas, pr
         done = finish(replicas, probe, job_id, watched, reference)
         assert done["restarts"] == 0, done
         assert transitions(new, job_id) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    assert len(watch.pids) == 2, watch.pids  # the first job's two ranks, never replaced
     launches = query(replicas.database_url, "SELECT attempt FROM jobs WHERE id = :id", id=queued)
     assert launches == [(1,)]
     assert written_by_since(replicas.database_url, old.name, stopped_at) == []

@@ -193,6 +193,16 @@ class Replicas:
         for replica in self.replicas:
             replica.stop()
 
+    def restore(self) -> None:
+        """Every replica running again (a paused one woken, a lost one started):
+        what a scenario cut short by a failure left, so that the next finds
+        the whole deployment."""
+        for replica in self.replicas:
+            if replica.running() and replica.paused:
+                replica.wake()
+            elif not replica.running():
+                replica.start()
+
     def alive(self) -> list[Replica]:
         """The replicas that run and are not paused."""
         return [r for r in self.replicas if r.running() and not r.paused]

@@ -171,6 +171,13 @@ def test_asha_prunes_a_trial_behind_the_others_and_the_next_one_starts(superviso
     trial = service.studies.study(sweep.study, spec).get_trials()[1]
     assert trial.state is OptunaState.PRUNED and trial.intermediate_values == {1: 9.0}
 
+    run_job(store, third.job_id, [1.0, 0.7, 0.5])  # the budget's last trial ends
+    service.run_pass()
+    assert store.sweeps.get(sweep.id).state is SweepState.RUNNING  # a trial's job still stopping
+    store.transition(second.job_id, S.PRUNED, reason="its ranks stopped")
+    service.run_pass()
+    assert store.sweeps.get(sweep.id).state is SweepState.SUCCEEDED  # every job of it ended
+
 
 def more_rows(store, job_id: str, rows: dict[int, float]) -> None:
     """A running job's next metrics rows (step -> loss), as its ranks would write them."""
