@@ -234,8 +234,8 @@ class WorkerGroup:
         says why it could not (the group is left up: shut it down)."""
         if not self.in_place or self.run is None:
             raise CannotRecover("the job takes no in-memory snapshots (checkpoint."
-                                "memory_every_steps 0), runs on one rank, or was not started "
-                                "by this driver")
+                                "memory_every_steps 0), runs on one rank, or was never told "
+                                "to train")
         return recover_in_place(self, self.run, lost)
 
     def move(self, ranks: list[int], avoid: set[str],
@@ -246,8 +246,8 @@ class WorkerGroup:
         check, and shut it down)."""
         if not self.in_place or self.run is None:
             raise CannotMove("the job takes no in-memory snapshots (checkpoint.memory_every_steps "
-                             "0, or tensor parallelism), runs on one rank, or was not started "
-                             "by this driver")
+                             "0, or tensor parallelism), runs on one rank, or was never told "
+                             "to train")
         return move_in_place(self, self.run, ranks, avoid, placement_wait_s)
 
     def ranks_on(self, node_ids: set[str] | dict) -> list[int]:
@@ -278,7 +278,36 @@ class WorkerGroup:
             PROGRESS_TIMEOUT_S,
             "reaching the rank actors",
         )
+        group._take_up_bundles()
+        group._follow_training()
         return group
+
+    def _take_up_bundles(self) -> None:
+        """The bundle layout of a group started by another driver, read from its
+        placement group (a bundle per rank, or one per tensor-parallel group),
+        and the resources a rank holds: what a replacement rank is placed with."""
+        assert self._pg is not None
+        bundles = [dict(b) for b in self._pg.bundle_specs]
+        per_bundle = max(1, self.num_workers // len(bundles))
+        self._gang = GangBundles(bundles, [rank // per_bundle for rank in range(self.num_workers)])
+        self.cpus_per_worker = bundles[0].get("CPU", 0.0) / per_bundle
+        self.gpus_per_worker = bundles[0].get("GPU", 0.0) / per_bundle
+
+    def _follow_training(self) -> None:
+        """Take up the training the ranks run (a group started by another
+        driver), so that this driver can recover a lost rank in place and move
+        ranks off draining nodes as the one that started it could: the spec,
+        checkpoint target and `stop_after` are rank 0's latest `train` call's,
+        the peers the ranks hold already. Its `TrainingRun` has no results to
+        wait on (they were the other driver's): follow it with `status`."""
+        training = self._finish([self._actors[0].training.remote()], PROGRESS_TIMEOUT_S,
+                                "asking the ranks what they train")[0]
+        if training is None:
+            return
+        spec, checkpoint, stop_after = training
+        self.in_place = in_place_for(spec, self.num_workers)
+        self.run = TrainingRun(self, [None] * self.num_workers, spec=spec, checkpoint=checkpoint,
+                               stop_after=stop_after)
 
     @classmethod
     def reclaim(cls, name_prefix: str, num_workers: int, *, pool_prefix: str | None = None,
@@ -561,6 +590,9 @@ class TrainingRun:
         `timeout_s`. A lost or failed rank raises `RankLostError` or
         `RankFailedError` and the group is shut down (with recovery in place:
         where the rank cannot be replaced)."""
+        if None in self._refs:
+            raise WorkerGroupError("this training was started by another driver: its results "
+                                   "are not this one's to wait on (follow it with status())")
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -94,6 +94,9 @@ class RankActor:
         self._sender = SnapshotSender(self)
         self._rejoin: queue.Queue[Rejoin] = queue.Queue()
         self._generation = 0  # process groups this rank has joined
+        # What the latest `train` call was given (spec, checkpoint, stop_after): a driver
+        # that reattaches to the group follows that training (`WorkerGroup.attach`).
+        self._training: tuple | None = None
         self._install_sigterm_handler()
         # The process's stdout and stderr, for the job's log (Ray's log files keep them too).
         self._output = OutputCapture().start()
@@ -180,6 +183,7 @@ class RankActor:
         names (recovery in place), not from the checkpoint."""
         self._timeline.setdefault("engine_imported", time.time())
         self._metrics, self._state, self._error = [], "running", None
+        self._training = (spec, checkpoint, stop_after)
         self._stop_requested = False
         if rejoin is not None:
             self._rejoin.put(rejoin)
@@ -299,6 +303,10 @@ class RankActor:
         """The group's next process group and the step to restore (a
         surviving rank waiting in `train` picks it up)."""
         self._rejoin.put(plan)
+
+    def training(self) -> tuple | None:
+        """(spec, checkpoint target, stop_after) of the latest `train` call; None before one."""
+        return self._training
 
     def set_peer(self, peer: Any) -> None:
         """The rank actor that holds this rank's snapshot copies."""

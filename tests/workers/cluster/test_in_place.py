@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import uuid
 
 import pytest
@@ -100,6 +101,39 @@ def test_a_killed_rank_is_replaced_in_place_and_the_curve_is_the_uninterrupted_o
     # Training went on from each recovery's snapshot step (its row the redone one).
     for recovery in run.recoveries:
         assert rows[recovery.step].get("resumed_from") == recovery.step
+
+
+def test_a_group_reattached_by_another_driver_recovers_in_place(fork_pool, straight):
+    # What a new leader does after a failover: attach to the group by its name,
+    # follow its training by status, and replace a lost rank in place.
+    name = f"reattach-{uuid.uuid4().hex[:6]}"
+    with WorkerGroup(2, pool=fork_pool, name_prefix=name, detached=True) as group:
+        group.start_training(JOB)
+        attached = WorkerGroup.attach(name, 2, pool_prefix=fork_pool.name_prefix)
+        try:
+            assert attached.in_place and attached.run is not None
+            assert attached.run.spec == group.run.spec and attached.run.stop_after is None
+            with pytest.raises(WorkerGroupError, match="another driver"):
+                attached.run.wait(timeout_s=0)
+            assert wait_until(lambda: rank_step(attached, 0) >= 40, 120)
+            survivor = attached.node_infos[0].pid
+            os.kill(attached.node_infos[1].pid, signal.SIGKILL)
+            recoveries = []
+            for _ in range(480):  # as the runner follows a group: status, recover where it fails
+                try:
+                    if attached.status().state == "done":
+                        break
+                except RankLostError as lost:
+                    recoveries.append(attached.recover([lost.rank]))
+                attached.run.progress()
+                time.sleep(0.25)
+            rows = attached.run.progress()
+            assert [r.ranks for r in recoveries] == [[1]] and recoveries[0].step % EVERY == 0
+            assert attached.node_infos[0].pid == survivor and alive(survivor)
+        finally:
+            attached.shutdown()
+    assert [m["step"] for m in rows] == list(range(1, STEPS + 1))
+    assert [m["loss"] for m in rows] == [m["loss"] for m in straight]
 
 
 def test_a_rank_and_the_peer_holding_its_copy_killed_at_once_fail_the_group(fork_pool):
