@@ -131,10 +131,13 @@ def reattached(watch: PidWatch, leader, times: int, timeout_s: float = 60) -> li
     return sorted(pids) if pids else None
 
 
-def transitions(server, job_id: str) -> list[str]:
-    """The job's states in order, without its notes (a new leader's reattachment is one)."""
-    return [e["to_state"] for e in server.get(f"/v1/jobs/{job_id}/events")
-            if e["from_state"] != e["to_state"]]
+def assert_transitions(server, job_id: str, expected: list[str]) -> None:
+    """The job's states in order, without its notes (a new leader's reattachment
+    is one), are `expected`; where not, every event is told with its reason."""
+    events = server.get(f"/v1/jobs/{job_id}/events")
+    states = [e["to_state"] for e in events if e["from_state"] != e["to_state"]]
+    told = "\n".join(f"{e['from_state']} -> {e['to_state']}: {e['reason']}" for e in events)
+    assert states == expected, f"{states} != {expected}; the events:\n{told}"
 
 
 def finish(replicas: Replicas, probe, job_id: str, watch: PidWatch, reference) -> dict:
@@ -164,7 +167,7 @@ def test_two_leaders_killed_in_turn_mid_run(replicas, probe, reference):
     for replica in lost:
         comes_back(replicas, replica)
     assert done["restarts"] == 0 and len(watch.pids) == 2, (done, watch.pids)
-    assert transitions(replicas.leader(), job) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+    assert_transitions(replicas.leader(), job, ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"])
 
 
 def test_the_leader_killed_while_a_job_recovers_from_a_lost_rank(replicas, probe, reference):
@@ -177,8 +180,8 @@ def test_the_leader_killed_while_a_job_recovers_from_a_lost_rank(replicas, probe
     comes_back(replicas, failover(replicas))  # the recovery is the new leader's to finish, once
     done = finish(replicas, probe, job, watch, reference)
     assert done["restarts"] == 1, done
-    assert transitions(replicas.leader(), job) == ["QUEUED", "STARTING", "RUNNING", "RESTARTING",
-                                              "STARTING", "RUNNING", "SUCCEEDED"]
+    assert_transitions(replicas.leader(), job, ["QUEUED", "STARTING", "RUNNING", "RESTARTING",
+                                                "STARTING", "RUNNING", "SUCCEEDED"])
 
 
 def test_a_leader_stopped_past_its_lease_takes_no_action_when_woken(replicas, probe, reference):
@@ -206,7 +209,7 @@ def test_a_leader_stopped_past_its_lease_takes_no_action_when_woken(replicas, pr
     for job_id, watched in ((job, watch), (queued, queued_watch)):
         done = finish(replicas, probe, job_id, watched, reference)
         assert done["restarts"] == 0, done
-        assert transitions(new, job_id) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+        assert_transitions(new, job_id, ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"])
     assert len(watch.pids) == 2, watch.pids  # the first job's two ranks, never replaced
     launches = query(replicas.database_url, "SELECT attempt FROM jobs WHERE id = :id", id=queued)
     assert launches == [(1,)]
