@@ -124,7 +124,8 @@ class LeaderLoop:
     def reconcile(self) -> None:
         """Reattach to every active job's live group, or settle the job whose
         group is gone (`service.control.reconcile`)."""
-        reconcile(self.leader_store, pool_prefix=self.rank_pool.name_prefix, spawn=self._spawn)
+        reconcile(self.leader_store, pool_prefix=self.rank_pool.name_prefix, spawn=self._spawn,
+                  pg_timeout_s=self.settings.pg_timeout_s)
 
     # -- the loop ---------------------------------------------------------------
 

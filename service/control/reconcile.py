@@ -43,14 +43,18 @@ RELAUNCH_WAIT_S = 15.0  # how long a cut-short launch's remains may take to leav
 Spawn = Callable[[str, WorkerGroup | None], None]
 
 
-def reconcile(store: JobStore, *, pool_prefix: str, spawn: Spawn) -> None:
+def reconcile(store: JobStore, *, pool_prefix: str, spawn: Spawn,
+              pg_timeout_s: float = 30.0) -> None:
     """After a (re)start: reattach to every active job's live worker group,
     or clear its remains and settle it (a job still STARTING, whose group
     never trained: launch the same attempt again). `store`: the leader's
-    (fenced); `pool_prefix`: the names of the rank pool's processes."""
+    (fenced); `pool_prefix`: the names of the rank pool's processes;
+    `pg_timeout_s`: the deployment's (a reattached group's hung rank is
+    found within it, as a launched one's)."""
     for job in store.jobs_in_states(ACTIVE):
         name = group_name(job.id, job.attempt)
-        group = _live_group(job, name, pool_prefix) if job.state is not S.RESTARTING else None
+        group = (_live_group(job, name, pool_prefix, pg_timeout_s)
+                 if job.state is not S.RESTARTING else None)
         if group is not None:
             store.note(job.id, f"reconciled after a control-plane restart: "
                                f"reattached to worker group {name}")
@@ -91,12 +95,14 @@ def remove_leftovers(store: JobStore, *, pool_prefix: str,
     return removed
 
 
-def _live_group(job: JobRecord, name: str, pool_prefix: str) -> WorkerGroup | None:
+def _live_group(job: JobRecord, name: str, pool_prefix: str,
+                pg_timeout_s: float) -> WorkerGroup | None:
     """The job's current attempt's group, if it is alive and training."""
     if not job.workers:
         return None
     try:
-        group = WorkerGroup.attach(name, job.workers, pool_prefix=pool_prefix)
+        group = WorkerGroup.attach(name, job.workers, pool_prefix=pool_prefix,
+                                   pg_timeout_s=pg_timeout_s)
         group.status()
         if any(rank["state"] == "idle" for rank in group.call("status")):
             # Stopped between its start and start_training: nothing trains.
