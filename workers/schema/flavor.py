@@ -52,3 +52,13 @@ def labels_problem(labels: Mapping[str, str]) -> str | None:
 def matches(labels: Mapping[str, str], node_labels: Mapping[str, str]) -> bool:
     """Whether a node with `node_labels` is of the flavor of `labels`."""
     return bool(labels) and all(node_labels.get(k) == v for k, v in labels.items())
+
+
+def flavor_of_node(flavors: Mapping[str, Mapping[str, str]],
+                   node_labels: Mapping[str, str]) -> str | None:
+    """The flavor (name -> labels) a node with `node_labels` is of: the one
+    whose labels all match it, the one with the most labels where several
+    do (then the first by name); None where none does."""
+    matching = [(-len(labels), name) for name, labels in flavors.items()
+                if matches(labels, node_labels)]
+    return min(matching)[1] if matching else None
