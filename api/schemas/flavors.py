@@ -10,7 +10,12 @@ from typing import Annotated
 from pydantic import BaseModel, Field, field_validator
 
 from api.schemas.base import Public, Request
-from workers.schema.flavor import MAX_LABELS, labels_problem
+from workers.schema.flavor import LABEL_KEY, LABEL_VALUE, MAX_LABELS, labels_problem
+
+# Ray's label syntax (Kubernetes'), as JSON Schema states it: an optional DNS prefix and '/',
+# then a name; a value of 1-63 characters, letters and digits at both ends
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY.pattern, max_length=317)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE.pattern, max_length=63)]
 
 MAX_DESCRIPTION = 500  # as service/store/flavors.py keeps it
 
@@ -22,7 +27,7 @@ class FlavorPut(Request):
         "labels": {"brigade.io/gpu": "a100"}, "price_per_worker_hour": 2.5,
         "description": "A100 80GB nodes"}]}}
 
-    labels: Annotated[dict[str, str], Field(min_length=1, max_length=MAX_LABELS, description=(
+    labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1, max_length=MAX_LABELS, description=(
         "the Ray node labels (`ray start --labels k=v`) a node of this flavor has; exact "
         "matches, each a valid Ray label"))]
     price_per_worker_hour: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] = 0.0

@@ -67,9 +67,10 @@ def test_a_tenant_may_not_touch_flavors(http, as_key):
 @pytest.mark.parametrize(("path", "body", "field"), [
     ("ok", {"labels": LABELS, "price_per_worker_hour": -1}, "price_per_worker_hour"),
     ("ok", {"labels": LABELS, "price_per_worker_hour": "1"}, "price_per_worker_hour"),
-    ("ok", {"labels": {"bad key!": "a"}}, "labels"),
-    ("ok", {"labels": {"pool": "-a"}}, "labels"),
-    ("ok", {"labels": {"pool": "in(a,b)"}}, "labels"),
+    ("ok", {"labels": {"bad key!": "a"}}, "labels.bad key!"),
+    ("ok", {"labels": {"pool": "-a"}}, "labels.pool"),
+    ("ok", {"labels": {"pool": "in(a,b)"}}, "labels.pool"),
+    ("ok", {"labels": {"x" * 64: "a"}}, "labels." + "x" * 64),
     ("ok", {"labels": {}}, "labels"),
     ("ok", {"labels": {"pool": 5}}, "labels.pool"),
     ("ok", {"price_per_worker_hour": 1}, "labels"),
