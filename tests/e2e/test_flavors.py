@@ -87,12 +87,11 @@ def test_jobs_of_a_flavor_run_on_its_nodes_within_its_quota_and_preempt_within_i
         return r.json()["id"]
 
     on_a = submit(job("a"))
-    running(server, on_a)
-    assert nodes_of(server, on_a) == {ids["a"]}
-
     second_a = submit(job("a"))
     on_b = submit(job("b", workers=2, priority=1))
+    running(server, on_a)
     running(server, on_b)
+    assert nodes_of(server, on_a) == {ids["a"]}
     assert nodes_of(server, on_b) == {ids["b"]}
     waits = server.wait(second_a, lambda j: "flavor a" in (j.get("waiting") or ""), 30)
     assert waits["state"] == "QUEUED" and "quota" in waits["waiting"], waits
@@ -112,8 +111,6 @@ def test_jobs_of_a_flavor_run_on_its_nodes_within_its_quota_and_preempt_within_i
     r = http.post("/v1/jobs", json=job("h100"))
     assert r.status_code == 422 and r.json()["error"]["field"] == "resources_per_worker.flavor", r.text
 
-    for job_id in (on_a, second_a, on_b, urgent):
-        http.post(f"/v1/jobs/{job_id}/cancel")
-    for job_id in (on_a, on_b, urgent):
-        server.wait(job_id, lambda j: j["state"] == "CANCELLED", 60)
+    for job_id in (on_a, second_a, on_b, urgent):  # the cluster goes with the module
+        assert http.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     own.close()
