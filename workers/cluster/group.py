@@ -143,7 +143,9 @@ class WorkerGroup:
     def bundle_selectors(self, count: int) -> list[dict[str, str]] | None:
         """The label selector of each of `count` bundles (Ray's
         `bundle_label_selector`), or None where the group has none."""
-        return None if not self.label_selector else [dict(self.label_selector)] * count
+        if not self.label_selector:
+            return None
+        return [dict(self.label_selector) for _ in range(count)]
 
     # -- life cycle ---------------------------------------------------------------
 
