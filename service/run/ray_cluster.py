@@ -273,19 +273,31 @@ def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset(),
 def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
                       exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
     """Each flavor's capacity (name -> its labels): the CPUs and GPUs of the
-    live, not draining nodes that have all its labels, less those `exclude`d."""
+    live, not draining nodes that have all its labels, less those `exclude`d
+    ("cpu", "gpu"), and what Ray has free of them now ("free_cpu",
+    "free_gpu": less every bundle reserved there, a job of no flavor's too)."""
     if not flavors:
         return {}
     exclude = set(exclude) | set(draining_nodes())
-    totals = {name: {"cpu": 0.0, "gpu": 0.0} for name in flavors}
+    try:
+        available = ray._private.state.state.available_resources_per_node()
+    except Exception:  # noqa: BLE001  # not known now: the totals alone bound admission
+        available = None
+    amounts = {name: dict.fromkeys(("cpu", "gpu", "free_cpu", "free_gpu"), 0.0)
+               for name in flavors}
     for node in _live():
         if node["NodeID"] in exclude:
             continue
+        free = (available or {}).get(node["NodeID"], {})
         for name, labels in flavors.items():
             if matches(labels, node.get("Labels") or {}):
-                totals[name]["cpu"] += node["Resources"].get("CPU", 0.0)
-                totals[name]["gpu"] += node["Resources"].get("GPU", 0.0)
-    return totals
+                for ours, theirs in (("cpu", "CPU"), ("gpu", "GPU")):
+                    amounts[name][ours] += node["Resources"].get(theirs, 0.0)
+                    amounts[name][f"free_{ours}"] += free.get(theirs, 0.0)
+    if available is None:
+        for amount in amounts.values():
+            amount["free_cpu"], amount["free_gpu"] = amount["cpu"], amount["gpu"]
+    return amounts
 
 
 def worker_memory_bytes(cpu: float, gpu: float,

@@ -96,9 +96,17 @@ class SchedulingPass:
 
     def flavor_totals(self, exclude: Set[str] = frozenset()) -> dict[str, Resources]:
         """Each flavor's capacity: what its live, not draining nodes hold."""
+        return self._flavor_capacities(exclude)[0]
+
+    def _flavor_capacities(self, exclude: Set[str] = frozenset()) -> tuple[
+            dict[str, Resources], dict[str, Resources]]:
+        """Each flavor's capacity, and what Ray has free of it now."""
         flavors = {flavor.name: flavor.labels for flavor in self.store.flavors.list()}
-        return {name: Resources(**amount)
-                for name, amount in flavor_capacities(flavors, set(exclude)).items()}
+        amounts = flavor_capacities(flavors, set(exclude))
+        totals = {name: Resources(a["cpu"], a["gpu"]) for name, a in amounts.items()}
+        free = {name: Resources(a["free_cpu"], a["free_gpu"]) for name, a in amounts.items()
+                if "free_cpu" in a}
+        return totals, free
 
     def run_pass(self) -> list[JobRecord]:
         """Decide and act once; the jobs moved to STARTING, for the caller
@@ -110,8 +118,8 @@ class SchedulingPass:
         queued_records = self.store.jobs_in_states([S.QUEUED])
         ready, held_back = self.dependencies.hold(queued_records)
         running = [self._running(job) for job in active]
-        flavor_totals = self.flavor_totals()
-        capacity = capacity_now(total, running, flavor_totals)
+        flavor_totals, flavor_free = self._flavor_capacities()
+        capacity = capacity_now(total, running, flavor_totals, flavor_free)
         with self._history_lock:
             self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
             for flavor in set(flavor_totals) | set(self.flavor_history):

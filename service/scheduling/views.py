@@ -172,17 +172,21 @@ class RunningJob:
 
 
 def capacity_now(total: Resources, running: Iterable[RunningJob],
-                 flavor_totals: Mapping[str, Resources] | None = None) -> Capacity:
+                 flavor_totals: Mapping[str, Resources] | None = None,
+                 flavor_free: Mapping[str, Resources] | None = None) -> Capacity:
     """The cluster's capacity (its `total`, and each flavor's nodes') with
     what the `running` jobs hold taken from free: on a flavor's nodes, what
-    its own jobs hold (a job without a flavor may hold some there too, which
-    the cluster's free capacity, every flavor's bound, counts)."""
+    its own jobs hold, and no more than `flavor_free` (what the cluster
+    says is free there now: a job without a flavor may hold some of it)."""
     running = list(running)
     free = (total - Resources.total(job.holds for job in running)).at_least_zero()
     flavors = {}
     for name, of in (flavor_totals or {}).items():
         held = Resources.total(job.holds for job in running if job.demand.flavor == name)
-        flavors[name] = Capacity(of, (of - held).at_least_zero())
+        there = (of - held).at_least_zero()
+        if flavor_free is not None and name in flavor_free:
+            there = there.least(flavor_free[name].at_least_zero())
+        flavors[name] = Capacity(of, there)
     return Capacity(total, free, flavors)
 
 

@@ -25,7 +25,8 @@ def admission(store, tmp_path, monkeypatch):
 
     def flavor_capacities(flavors, exclude=frozenset()):
         asked.append(dict(flavors))
-        return {name: {"cpu": 2.0, "gpu": 0.0} for name in flavors if name in LABELS}
+        return {name: {"cpu": 2.0, "gpu": 0.0, **made.ray_free.get(name, {})}
+                for name in flavors if name in LABELS}
 
     monkeypatch.setattr(scheduling_pass, "cluster_capacity",
                         lambda exclude=frozenset(), **_: {"cpu": 4.0, "gpu": 0.0})
@@ -35,6 +36,7 @@ def admission(store, tmp_path, monkeypatch):
         store.flavors.put(name, labels=labels, price_per_worker_hour=1)
     made = SchedulingPass(Settings(data_dir=str(tmp_path)), store)
     made.asked = asked
+    made.ray_free = {}  # what Ray says is free on a flavor's nodes: {"free_cpu": ...}
     return made
 
 
@@ -83,3 +85,14 @@ def test_a_restart_is_sized_on_its_flavors_nodes(store, admission):
     store.transition(other.id, S.STARTING, reason="test", workers=1)
     # the cluster has 3 CPUs free, flavor a 1: the restart fits 1 worker, not 2
     assert admission.restart_size(elastic) == 1
+
+
+def test_what_ray_holds_on_a_flavors_nodes_for_a_job_of_no_flavor_is_not_free(store, admission):
+    # a job of no flavor runs on flavor a's nodes (Ray has 0 CPUs free there): a's job waits
+    admission.ray_free = {"a": {"free_cpu": 0.0, "free_gpu": 0.0}}
+    on_a = submit(store, "on-a", "a")
+    on_b = submit(store, "on-b", "b")
+    assert {job.id for job in admission.run_pass()} == {on_b.id}
+    assert "of flavor a" in admission.waiting[on_a.id]
+    admission.ray_free = {}
+    assert {job.id for job in admission.run_pass()} == {on_a.id}
