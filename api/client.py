@@ -38,6 +38,7 @@ from api.schemas.audit import AuditPublic
 from api.schemas.cluster import ClusterPublic, NodePublic, NodesPublic
 from api.schemas.data import DataFilePublic, DataFilesPublic
 from api.schemas.exports import ExportPublic, ExportStartedPublic
+from api.schemas.flavors import FlavorPublic, FlavorsPublic
 from api.schemas.health import HealthPublic
 from api.schemas.jobs import (
     CheckpointPublic,
@@ -404,6 +405,21 @@ class BrigadeClient:
 
     def cluster(self) -> ClusterPublic:
         return self._call(ClusterPublic, "GET", "/v1/cluster")
+
+    def flavors(self) -> FlavorsPublic:
+        """The resource flavors (the admin key only): each one's node labels and price."""
+        return self._call(FlavorsPublic, "GET", "/v1/flavors")
+
+    def put_flavor(self, name: str, labels: dict[str, str], price_per_worker_hour: float = 0.0,
+                   description: str = "") -> FlavorPublic:
+        """Make the flavor, or replace it whole (the admin key only)."""
+        body = {"labels": labels, "price_per_worker_hour": price_per_worker_hour,
+                "description": description}
+        return self._call(FlavorPublic, "PUT", f"/v1/flavors/{name}", json=body)
+
+    def delete_flavor(self, name: str) -> None:
+        """Refused (409) while an unfinished job asks for the flavor."""
+        self._send("DELETE", f"/v1/flavors/{name}")
 
     def nodes(self) -> NodesPublic:
         """The cluster's nodes, with the ranks on each (a tenant: its own jobs' ranks)."""

@@ -32,6 +32,7 @@ def build_supervisor(settings: Settings) -> Supervisor:
             address = local.ensure()
         connect(address)
         store = JobStore(settings.resolved_database_url)
+        store.flavors.default_price = settings.default_price_per_worker_hour
         store.migrate()  # once, under a database lock (replicas starting together take turns)
         supervisor = Supervisor(settings, store, on_stop=lambda: _disconnect(store, local, lock))
     except BaseException:

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     # a failed job restarts after restart_backoff_s * 2**(n - 1) s, at most 10 s, n its
     # failures since it last made progress (service/scheduling/restart.py)
     restart_backoff_s: float = Field(0.5, ge=0)
+    # what a worker-hour of a job without a flavor costs (a flavor's is its own:
+    # service/store/flavors.py `price_at`)
+    default_price_per_worker_hour: float = Field(0.0, ge=0, allow_inf_nan=False)
     preemption_grace_s: float = Field(120.0, gt=0)  # checkpoint-and-stop time a preempted job gets
     # fair share between tenants: what they held over this window counts; a job
     # just started is charged a typical run's length (the median of recent runs),

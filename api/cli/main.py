@@ -23,6 +23,8 @@
                                         CPUs/GPUs used of total, the jobs on each
     brigade nodes drain NODE [--deadline 600] [--reason R]
                                         ask Ray to drain a node; its jobs move off (admin key)
+    brigade flavors [put NAME --label K=V [--price P] | rm NAME]
+                                        resource flavors: kinds of node by label (admin key)
     brigade login --url URL --key KEY [--profile NAME]
                                         save a profile (the CLI and BrigadeClient() read it)
     brigade tenants create|list|get|update|delete|rotate-key
@@ -60,6 +62,7 @@ import typer
 from api.cli.audit import audit
 from api.cli.data import data
 from api.cli.exports import export
+from api.cli.flavors import flavors
 from api.cli.jobs import register_job_commands
 from api.cli.nodes import nodes
 from api.cli.remote import PROFILE
@@ -78,6 +81,7 @@ app.command()(whoami)
 app.command()(train)
 app.add_typer(tenants, name="tenants")
 app.add_typer(nodes, name="nodes")
+app.add_typer(flavors, name="flavors")
 app.add_typer(data, name="data")
 app.add_typer(sweep, name="sweep")
 

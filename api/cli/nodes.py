@@ -1,4 +1,4 @@
-"""`brigade nodes`: the cluster's nodes (their address, state, labels, CPUs
+"""`brigade nodes`: the cluster's nodes (their address, state, flavor, labels, CPUs
 and GPUs used of total, and the jobs with ranks on each; a tenant sees its
 own jobs only), and `brigade nodes drain NODE` (the admin key): ask Ray to
 drain a node, named by its id or an unambiguous start of it, as `ray
@@ -35,8 +35,9 @@ def list_nodes(ctx: typer.Context, output: Output = OutputFormat.table, url: Url
         found = client.nodes()
     now = datetime.now(UTC)
     emit(found, output, lambda: (
-        ("NODE", "ADDRESS", "STATE", "LABELS", "CPU", "GPU", "JOBS"),
-        [(n.node_id[:SHORT_ID], n.address, state(n, now), labels(n), used_of("cpu", n),
+        ("NODE", "ADDRESS", "STATE", "FLAVOR", "LABELS", "CPU", "GPU", "JOBS"),
+        [(n.node_id[:SHORT_ID], n.address, state(n, now), n.flavor or "-", labels(n),
+          used_of("cpu", n),
           used_of("gpu", n), jobs(n)) for n in found.nodes]))
 
 

@@ -123,8 +123,13 @@ def _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs) -> dict:
 
 
 def _quota_text(quota: dict) -> str:
-    return ",".join(f"{name.removeprefix('max_')}={value}"
-                    for name, value in quota.items() if value is not None) or "-"
+    """"workers=4,gpus=2,a100.workers=2": the totals, then each flavor's limits."""
+    flavors = quota.get("flavors") or {}
+    limits = [(name, value) for name, value in quota.items() if name != "flavors"] + [
+        (f"{flavor}.{name}", value) for flavor, of in sorted(flavors.items()) if of
+        for name, value in of.items()]
+    return ",".join(f"{name.replace('max_', '')}={value}"
+                    for name, value in limits if value is not None) or "-"
 
 
 def _say_key(tenant: TenantKey, what: str) -> None:

@@ -56,6 +56,7 @@ class NodePublic(Public):
     # elsewhere only once the node is gone (its death record)
     drain_reason: str | None = None
     labels: dict[str, str]
+    flavor: str | None = None  # the resource flavor whose labels it has (`GET /v1/flavors`)
     resources: NodeResources
     ranks: list[NodeRank]  # the ranks of active jobs on it (a tenant's: its own jobs' only)
 

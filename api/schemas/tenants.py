@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.base import Public, Request
 from workers.schema import MAX_PRIORITY
+from workers.schema.flavor import FLAVOR_NAME_PATTERN
 
 TenantName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
                                    description="lower-case letters, digits and '-'; not 'admin'")]
@@ -24,15 +25,32 @@ Weight = Annotated[float, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=Fals
                                 description="fair-share weight, 0.001 to 1000")]
 
 
+GpuLimit = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None
+FlavorName = Annotated[str, Field(pattern=FLAVOR_NAME_PATTERN, max_length=32)]
+
+
+class FlavorQuota(Request):
+    """A tenant's limits on one flavor's nodes (its jobs of that flavor)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    max_workers: Limit = None
+    max_gpus: GpuLimit = None
+
+
 class TenantQuota(Request):
-    """A tenant's limits; a missing or null one is no limit."""
+    """A tenant's limits; a missing or null one is no limit. `flavors`: the
+    limits on each flavor's jobs, beside the totals (in a PATCH, only the
+    flavors named change; a flavor set to null has no limits of its own)."""
 
     model_config = ConfigDict(from_attributes=True)  # also a part of TenantPublic
 
     max_workers: Limit = None
-    max_gpus: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
+    max_gpus: GpuLimit = None
     max_running_jobs: Limit = None
     max_queued_jobs: Limit = None
+    flavors: Annotated[dict[FlavorName, FlavorQuota | None],
+                       Field(max_length=64)] = Field(default_factory=dict)
 
 
 class TenantCreate(Request):

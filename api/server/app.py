@@ -14,7 +14,17 @@ from api.server.job_json import JobJson, JobPages
 from api.server.openapi import install_openapi
 from api.server.rate_limit import RateLimiter
 from api.server.request_metrics import HTTP_METRICS, RequestMetrics
-from api.server.routes import audit, cluster, goodput, health, jobs, logs, tenants, usage
+from api.server.routes import (
+    audit,
+    cluster,
+    flavors,
+    goodput,
+    health,
+    jobs,
+    logs,
+    tenants,
+    usage,
+)
 from api.server.routes import data as data_routes
 from api.server.routes.datasets import router as datasets_router
 from api.server.routes.exports import router as exports_router
@@ -38,7 +48,7 @@ def create_app(supervisor) -> FastAPI:
     # this store's database, which another app's store (another database) counts anew.
     app.state.job_pages = JobPages(JobJson())
     app.include_router(goodput.router)  # before a job's routes: /v1/jobs/goodput is no job's id
-    for module in (jobs, logs, tenants, audit, cluster, usage, health):
+    for module in (jobs, logs, tenants, flavors, audit, cluster, usage, health):
         app.include_router(module.router)
     app.include_router(exports_router)  # a job's Hugging Face exports: api.server.routes.exports
     app.include_router(datasets_router)  # a dataset's preparation, as a job: api.server.routes.datasets

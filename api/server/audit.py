@@ -20,7 +20,7 @@ The admin reads the trail at `GET /v1/audit` (`api.server.routes.audit`).
 Actions are named `resource.verb`: job.submit, job.cancel, job.suspend,
 job.resume, job.delete, job.export; sweep.submit, sweep.cancel, sweep.delete;
 tenant.create, tenant.update,
-tenant.delete, tenant.rotate_key; data.upload, data.delete; node.drain.
+tenant.delete, tenant.rotate_key; data.upload, data.delete; node.drain; flavor.put, flavor.delete.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ from api.schemas.errors import ErrorBody, ErrorPublic
 from api.server.openapi import allowed_methods
 from service.states import IllegalTransition
 from service.store.errors import (
+    FlavorConflict,
+    FlavorInUse,
+    FlavorNotFound,
     JobNotFound,
     JobUnfinished,
     QuotaExceeded,
@@ -80,6 +83,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.exception_handler(TenantExists)(_tenant_conflict)
     app.exception_handler(TenantBusy)(_tenant_conflict)
     app.exception_handler(JobUnfinished)(_job_unfinished)
+    app.exception_handler(FlavorNotFound)(_flavor_not_found)
+    app.exception_handler(FlavorConflict)(_flavor_conflict)
+    app.exception_handler(FlavorInUse)(_flavor_conflict)
     app.exception_handler(SweepNotFound)(_sweep_not_found)
     app.exception_handler(SweepUnfinished)(_sweep_unfinished)
     app.exception_handler(UnknownNodeError)(_unknown_node)
@@ -121,6 +127,15 @@ async def _tenant_not_found(request: Request, exc: TenantNotFound) -> JSONRespon
 
 async def _tenant_conflict(request: Request, exc: TenantExists | TenantBusy) -> JSONResponse:
     return error_response(409, str(exc), "name" if isinstance(exc, TenantExists) else None)
+
+
+async def _flavor_not_found(request: Request, exc: FlavorNotFound) -> JSONResponse:
+    return await _api_error(request, not_found("flavor", exc.name))
+
+
+async def _flavor_conflict(request: Request, exc: FlavorConflict | FlavorInUse) -> JSONResponse:
+    """Another flavor's labels (`labels`), or a flavor in use (its `name`)."""
+    return error_response(409, str(exc), "labels" if isinstance(exc, FlavorConflict) else "name")
 
 
 async def _job_unfinished(request: Request, exc: JobUnfinished) -> JSONResponse:

@@ -244,7 +244,8 @@ class LeaderLoop:
 
     def _launch(self, job: JobRecord) -> WorkerGroup | GroupOutcome:
         return launch_group(job, self.storage.checkpoint_target(job), pg_timeout_s=self.settings.pg_timeout_s,
-                            pool=self.rank_pool if self.rank_pool.active else None)
+                            pool=self.rank_pool if self.rank_pool.active else None,
+                            flavors=self.store.flavors)
 
     def _runner_done(self, job_id: str) -> None:
         with self._lock:

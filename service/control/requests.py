@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from service.control.reach import reachable_job
 from service.control.storage import JobStorage
 from service.intake.checks import check_fits, check_memory, intake
+from service.intake.flavors import flavor_labels
 from service.observability.log_config import job_fields
 from service.scheduling import Demand
 from service.settings import Settings
@@ -114,8 +115,9 @@ class JobRequests:
         job = reachable_job(self.store, tenant, job_id)
         if workers is not None:
             job.spec.check_world_size(workers)
-            check_fits(job.spec, workers)
-            check_memory(job.spec, [workers])
+            labels = flavor_labels(job.spec, self.store)  # its flavor's nodes, where it has one
+            check_fits(job.spec, workers, labels)
+            check_memory(job.spec, [workers], labels)
         reason = f"resumed by {_who(tenant)}" + (f" at {workers} workers" if workers else "")
         job = self.store.transition(job_id, S.QUEUED, reason=reason, expect=S.SUSPENDED,
                                     requested_workers=workers, queue_quota=job.tenant)

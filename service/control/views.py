@@ -144,7 +144,9 @@ class ControlViews:
         """The cluster's nodes as Ray's GCS has them (draining ones with their
         deadline and reason, the dead ones too), each with the ranks of active
         jobs on it ({"job", "rank"}): every job's for the admin, the tenant's
-        own for a tenant (another tenant's jobs are not shown, its nodes are)."""
+        own for a tenant (another tenant's jobs are not shown, its nodes are);
+        each node with its flavor (the one whose labels it has: `NodeView.flavor`)."""
+        flavors = {flavor.name: flavor.labels for flavor in self.store.flavors.list()}
         jobs = [j for j in self.store.jobs_in_states(ACTIVE)
                 if tenant in (ADMIN_TENANT, j.tenant)]
         ranks: dict[str, list[dict]] = {}
@@ -152,7 +154,8 @@ class ControlViews:
             for placed in self._placed(job):
                 ranks.setdefault(placed["node_id"], []).append({"job": job.id,
                                                                "rank": placed["rank"]})
-        return [(node, ranks.get(node.node_id, [])) for node in cluster_nodes()]
+        return [(node.with_flavor(flavors), ranks.get(node.node_id, []))
+                for node in cluster_nodes()]
 
     # -- this replica -----------------------------------------------------------------
 

@@ -32,21 +32,26 @@ read files next, the cluster last:
 7. `init`: a model directory whose headers fit the model, or one of the
    tenant's jobs: a committed checkpoint of it, or one still running to wait
    for (`service.intake.init_source`)
-8. `workers`: the job could ever be placed, at its smallest size
-9. `resources_per_worker.memory_gb`: the model's sharded state fits one
-   worker's memory (that field's, or else the cluster's smallest share: the
-   refusal is then at `model`) at every size the job may run at
+8. `resources_per_worker.flavor`: a flavor the admin put, within the
+   tenant's quota on it, and its nodes could ever place the job at its
+   smallest size (`service.intake.flavors`)
+9. `workers`: the job could ever be placed, at its smallest size
+10. `resources_per_worker.memory_gb`: the model's sharded state fits one
+   worker's memory (that field's, or else the smallest share of the nodes
+   it may run on: the refusal is then at `model`) at every size the job may
+   run at
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from service.intake.data_access import check_data_uri
 from service.intake.dependencies import check_after, pending_datasets, reads_pending
+from service.intake.flavors import check_flavor, flavor_labels
 from service.intake.init_source import resolve_init
 from service.intake.model_config import resolve_model
 from service.intake.relative_uris import resolve_relative
@@ -132,13 +137,17 @@ def init_source(spec: JobSpec, submission: Submission) -> JobSpec:
                         store=submission.store, checkpoints_of=submission.checkpoints_of)
 
 
+def flavor(spec: JobSpec, submission: Submission) -> JobSpec:
+    return check_flavor(spec, submission.tenant, submission.store)
+
+
 def placeable(spec: JobSpec, submission: Submission) -> JobSpec:
     check_fits(spec, spec.min_workers)
     return spec
 
 
 def memory(spec: JobSpec, submission: Submission) -> JobSpec:
-    check_memory(spec, spec.world_sizes())
+    check_memory(spec, spec.world_sizes(), flavor_labels(spec, submission.store))
     return spec
 
 
@@ -150,6 +159,7 @@ CHECKS: tuple[Check, ...] = (
     Check("after", after),
     Check("data", job_data),
     Check("init", init_source),
+    Check("resources_per_worker.flavor", flavor),
     Check("workers", placeable),
     Check("resources_per_worker.memory_gb", memory),
 )
@@ -167,38 +177,43 @@ def intake(spec: JobSpec, tenant: str, *, data_root: str, store: JobStore,
 
 # What a resume at another size checks again (JobRequests.resume), as the list does at submit.
 
-def check_fits(spec: JobSpec, workers: int) -> None:
-    """CapacityError unless `workers` ranks of the job could ever be placed on the live nodes."""
+def check_fits(spec: JobSpec, workers: int, labels: Mapping[str, str] | None = None) -> None:
+    """CapacityError unless `workers` ranks of the job could ever be placed on
+    the live nodes (with `labels`: its flavor's)."""
     res = spec.resources_per_worker
-    why = never_fits(workers, res.cpu, res.gpu, spec.placement)
+    why = never_fits(workers, res.cpu, res.gpu, spec.placement, labels)
     if why:
         raise CapacityError(f"{why}: the job could never start")
 
 
-def check_memory(spec: JobSpec, world_sizes: Sequence[int]) -> None:
+def check_memory(spec: JobSpec, world_sizes: Sequence[int],
+                 labels: Mapping[str, str] | None = None) -> None:
     """422 where the model's sharded state per rank cannot fit one worker's
-    memory at one of these sizes (service/scheduling/memory_fit.py)."""
+    memory at one of these sizes (service/scheduling/memory_fit.py), on the
+    nodes with `labels` (its flavor's) where given."""
     res = spec.resources_per_worker
     worker: float | None
     if res.memory_gb is not None:
         worker, source, field = res.memory_gb * GB, "resources_per_worker.memory_gb", \
             "resources_per_worker.memory_gb"
     else:
-        worker, source, field = worker_memory_bytes(res.cpu, res.gpu), \
-            "a worker's share of the cluster's smallest node", "model"
+        worker, source, field = worker_memory_bytes(res.cpu, res.gpu, labels), \
+            "a worker's share of the cluster's smallest node" if not labels else \
+            f"a worker's share of flavor {res.flavor}'s smallest node", "model"
     decision = MemoryFitPolicy().check(model_size(spec), shard_degrees(spec, world_sizes),
                                        worker, source)
     if not decision.fits:
         reason = decision.reason
         if decision.fits_from is None:  # none of its sizes: say what would make it fit
-            reason += ". " + remedies(spec, decision.worker_bytes, room=_room(spec),
+            reason += ". " + remedies(spec, decision.worker_bytes, room=_room(spec, labels),
                                       memory_field=field if res.memory_gb is not None else None)
         raise SpecError(field, f"{field}: {reason}")
 
 
-def _room(spec: JobSpec) -> int:
-    """How many workers of the job's size the live nodes hold in all (CPUs and GPUs)."""
-    res, total = spec.resources_per_worker, cluster_capacity()
+def _room(spec: JobSpec, labels: Mapping[str, str] | None = None) -> int:
+    """How many workers of the job's size the live nodes (with `labels`) hold
+    in all (CPUs and GPUs)."""
+    res, total = spec.resources_per_worker, cluster_capacity(labels=labels)
     room = total["cpu"] // res.cpu
     if res.gpu:
         room = min(room, total["gpu"] // res.gpu)

@@ -22,6 +22,7 @@ from workers.cluster.group import WorkerGroup
 if TYPE_CHECKING:
     from checkpoints import CheckpointTarget
     from service.store import JobRecord
+    from service.store.flavors import FlavorStore
     from workers.cluster.pool import RankPool
 
 
@@ -77,13 +78,23 @@ def group_of_name(name: str) -> tuple[str, int] | None:
 
 
 def launch_group(job: JobRecord, checkpoint: CheckpointTarget, *, pg_timeout_s: float,
-                 pool: RankPool | None = None) -> WorkerGroup | GroupOutcome:
+                 pool: RankPool | None = None,
+                 flavors: FlavorStore | None = None) -> WorkerGroup | GroupOutcome:
     """The job's current attempt (`job.workers` ranks), started and training
     from its latest checkpoint under `checkpoint` (handed to the ranks as
-    itself), its ranks' processes warm ones from `pool` where it has them; or
-    how its start failed, with nothing of it left on the cluster."""
+    itself), its ranks' processes warm ones from `pool` where it has them, on
+    the nodes of its flavor (its labels as `flavors` has them now: every
+    bundle asks for them); or how its start failed, with nothing of it left
+    on the cluster."""
     assert job.workers is not None, "a job is launched at the size its admission or restart gave"
     spec = job.spec
+    selector = None
+    if (name := spec.resources_per_worker.flavor) is not None:
+        flavor = flavors.get(name) if flavors is not None else None
+        if flavor is None:
+            return GroupOutcome.start_failed(
+                WorkerGroupError(f"flavor {name} is not known: its nodes cannot be told"), [])
+        selector = flavor.labels
     group = WorkerGroup(
         job.workers,
         cpus_per_worker=spec.resources_per_worker.cpu,
@@ -94,6 +105,7 @@ def launch_group(job: JobRecord, checkpoint: CheckpointTarget, *, pg_timeout_s: 
         detached=True,
         pg_timeout_s=pg_timeout_s,
         pool=pool,
+        label_selector=selector,
     )
     try:
         group.start()

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from service.run.dependency_gate import DependencyGate
-from service.run.ray_cluster import cluster_capacity, draining_nodes, lost_nodes
+from service.run.ray_cluster import cluster_capacity, draining_nodes, flavor_capacities, lost_nodes
 from service.scheduling import (
     Capacity,
     Demand,
@@ -35,6 +35,7 @@ from service.scheduling import (
     TenantPolicy,
 )
 from service.scheduling.service_history import ServiceHistory, spans_holding_workers
+from service.scheduling.views import capacity_now
 from service.settings import Settings
 from service.states import ACTIVE, LEAVING, IllegalTransition
 from service.states import JobState as S
@@ -58,6 +59,8 @@ class SchedulingPass:
         self.scheduler = Scheduler(horizon_s=settings.fair_share_horizon_s)
         self.preemption = PreemptionPolicy()
         self.history = ServiceHistory(settings.fair_share_window_s)
+        # the same on each flavor's nodes, of its jobs: fair share among that flavor's jobs
+        self.flavor_history: dict[str, ServiceHistory] = {}
         self._history_lock = threading.Lock()  # the pass changes it; a forecast copies it
         self.waiting: dict[str, str] = {}  # queued job id -> why it waits (the last pass)
         self.service: dict[str, float] = {}  # tenant -> its fair-share service (the last pass)
@@ -82,6 +85,28 @@ class SchedulingPass:
             held = demand.at(min(demand.world_sizes, default=1))
             for started, ended in spans:
                 self.history.restore(job.id, job.tenant, held, started, ended, now)
+                if demand.flavor is not None:
+                    self._history_of(demand.flavor).restore(job.id, job.tenant, held, started,
+                                                            ended, now)
+
+    def _history_of(self, flavor: str) -> ServiceHistory:
+        if flavor not in self.flavor_history:
+            self.flavor_history[flavor] = ServiceHistory(self.settings.fair_share_window_s)
+        return self.flavor_history[flavor]
+
+    def flavor_totals(self, exclude: Set[str] = frozenset()) -> dict[str, Resources]:
+        """Each flavor's capacity: what its live, not draining nodes hold."""
+        return self._flavor_capacities(exclude)[0]
+
+    def _flavor_capacities(self, exclude: Set[str] = frozenset()) -> tuple[
+            dict[str, Resources], dict[str, Resources]]:
+        """Each flavor's capacity, and what Ray has free of it now."""
+        flavors = {flavor.name: flavor.labels for flavor in self.store.flavors.list()}
+        amounts = flavor_capacities(flavors, set(exclude))
+        totals = {name: Resources(a["cpu"], a["gpu"]) for name, a in amounts.items()}
+        free = {name: Resources(a["free_cpu"], a["free_gpu"]) for name, a in amounts.items()
+                if "free_cpu" in a}
+        return totals, free
 
     def run_pass(self) -> list[JobRecord]:
         """Decide and act once; the jobs moved to STARTING, for the caller
@@ -93,16 +118,24 @@ class SchedulingPass:
         queued_records = self.store.jobs_in_states([S.QUEUED])
         ready, held_back = self.dependencies.hold(queued_records)
         running = [self._running(job) for job in active]
-        held = Resources.total(job.holds for job in running)
-        capacity = Capacity(total=total, free=(total - held).at_least_zero())
+        flavor_totals, flavor_free = self._flavor_capacities()
+        capacity = capacity_now(total, running, flavor_totals, flavor_free)
         with self._history_lock:
             self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
+            for flavor in set(flavor_totals) | set(self.flavor_history):
+                self._history_of(flavor).observe({job.id: (job.tenant, job.holds)
+                                                  for job in running
+                                                  if job.demand.flavor == flavor}, now)
         tenants = self._tenants(active + queued_records)
         queued = {job.id: self._queued(job) for job in ready}
         expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
         self.scheduler.horizon_s = expected
         owed = self.history.owed(total, now, expected)
-        decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity, owed)
+        owed_by_flavor = {flavor: history.owed(flavor_totals.get(flavor, Resources()), now,
+                                               expected)
+                          for flavor, history in self.flavor_history.items()}
+        decision = self.scheduler.admit(list(queued.values()), running, tenants, capacity, owed,
+                                        owed_by_flavor)
         self.waiting = {**decision.waiting, **held_back}
         if drains:  # a wait for capacity that a draining node would have met says so
             draining = ", ".join(f"node {drain.address} ({node_id[:12]})"
@@ -115,7 +148,7 @@ class SchedulingPass:
         started = self._start(decision.start, records)
         just_started = [self._running(job) for job in started]
         self._preempt(decision.needs_room, queued, running + just_started, records,
-                      Capacity(total=total, free=decision.free_after), tenants)
+                      decision.capacity_after(capacity), tenants)
         self._forget({job.id for job in active + queued_records})
         return started
 
@@ -124,11 +157,15 @@ class SchedulingPass:
         largest of its valid sizes, no larger than it ran at, that fits what
         the cluster has now beside the other active jobs (a lost node shrinks
         an elastic job); None: none fits, it must wait in the queue. `nodes`:
-        where its ranks ran; those that are gone are left out."""
-        total = Resources(**cluster_capacity(exclude=lost_nodes(set(nodes))))
-        others = [j for j in self.store.jobs_in_states(ACTIVE) if j.id != job.id]
-        free = total - self.held(others)
+        where its ranks ran; those that are gone are left out. A job of a
+        flavor fits its flavor's nodes too."""
+        lost = lost_nodes(set(nodes))
+        total = Resources(**cluster_capacity(exclude=lost))
+        others = [self._running(j) for j in self.store.jobs_in_states(ACTIVE) if j.id != job.id]
         demand = self._demand(job)
+        flavor_totals = self.flavor_totals(lost) if demand.flavor is not None else {}
+        free = capacity_now(total, others, flavor_totals).of(demand.flavor).free
+        free = free.least(total - Resources.total(j.holds for j in others))
         for workers in reversed(demand.world_sizes):
             if workers <= (job.workers or demand.max_workers) and demand.at(workers).fits_in(free):
                 return workers
@@ -211,7 +248,7 @@ class SchedulingPass:
             demand = self._parsed.get(job.id)
             if demand is None:
                 demand = Demand.from_spec(job.spec)
-                demand = Demand(job.priority, demand.world_sizes, demand.per_worker)
+                demand = demand.sized(demand.world_sizes, job.priority)
                 self._parsed[job.id] = demand
             return demand
 
@@ -219,7 +256,7 @@ class SchedulingPass:
         """What the job asks for; at `requested` workers alone where a resume named them."""
         demand = self._parse(job)
         if requested:
-            demand = Demand(demand.priority, (requested,), demand.per_worker)
+            demand = demand.sized((requested,))
         return demand
 
     def grace_s(self, job: JobRecord) -> float:

@@ -129,7 +129,8 @@ class StartForecasts:
             settings = replace(settings, startup_s=median(self._startups))
         settings = replace(settings, fair_share_horizon_s=self.scheduling.settings.fair_share_horizon_s)
         return {**forecast_starts(running, waiting, tenants, Resources(**cluster_capacity()), now,
-                                  self.scheduling.history_copy(), settings), **waits}
+                                  self.scheduling.history_copy(), settings,
+                                  self.scheduling.flavor_totals()), **waits}
 
     def _rows(self, job: JobRecord) -> list[dict]:
         rows = self.store.metrics(job.id, since_step=max(0, job.step - WINDOW + 1))

@@ -28,6 +28,7 @@ from service.scheduling.restart import AttemptSteps, Failure, RestartDecision, R
 from service.scheduling.views import (
     Capacity,
     Demand,
+    FlavorQuota,
     QueuedJob,
     Quota,
     Resources,
@@ -37,7 +38,8 @@ from service.scheduling.views import (
 )
 
 __all__ = [
-    "AdmissionDecision", "AttemptSteps", "Capacity", "Demand", "Failure", "PreemptionDecision",
+    "AdmissionDecision", "AttemptSteps", "Capacity", "Demand", "Failure", "FlavorQuota",
+    "PreemptionDecision",
     "PreemptionPolicy", "QueuedJob", "Quota", "QuotaDecision", "QuotaPolicy", "Resources",
     "RestartDecision", "RestartPolicy", "Run", "RunningJob", "Scheduler", "TenantPolicy",
     "attained_service", "effective_priority",

@@ -35,7 +35,13 @@ from datetime import datetime
 from service.scheduling.admission import Scheduler
 from service.scheduling.preemption import PreemptionPolicy
 from service.scheduling.service_history import ServiceHistory
-from service.scheduling.views import Capacity, QueuedJob, Resources, RunningJob, TenantPolicy
+from service.scheduling.views import (
+    QueuedJob,
+    Resources,
+    RunningJob,
+    TenantPolicy,
+    capacity_now,
+)
 
 MAX_PASSES = 10_000  # a bound on the simulated passes (each a finish or a start)
 
@@ -164,9 +170,12 @@ def forecast_starts(
     running: Sequence[RunningWork], queued: Sequence[QueuedWork],
     tenants: Mapping[str, TenantPolicy], total: Resources, now: float,
     history: ServiceHistory | None = None, settings: ForecastSettings = ForecastSettings(),
+    flavor_totals: Mapping[str, Resources] | None = None,
 ) -> dict[str, Forecast]:
     """Each queued job's forecast, by id. `history`: the live pass's
-    fair-share history (copied, never changed); None: an empty one."""
+    fair-share history (copied, never changed); None: an empty one.
+    `flavor_totals`: each flavor's nodes' capacity (a job of a flavor
+    starts only there); fair share on a flavor counts the shares held now."""
     history = copy.deepcopy(history) if history is not None else ServiceHistory(3600.0)
     sim = _Sim(running, queued, history, settings, now)
     first_queued = {work.job.id for work in queued}
@@ -175,7 +184,7 @@ def forecast_starts(
     waiting: dict[str, str] = {}
     t = now
     for _ in range(MAX_PASSES):
-        waiting = _pass(sim, scheduler, preemption, tenants, total, t, starts)
+        waiting = _pass(sim, scheduler, preemption, tenants, total, t, starts, flavor_totals)
         if not (first_queued - starts.keys()):
             break
         t_next = sim.next_finish()
@@ -202,13 +211,13 @@ def forecast_starts(
 
 def _pass(sim: _Sim, scheduler: Scheduler, preemption: PreemptionPolicy,
           tenants: Mapping[str, TenantPolicy], total: Resources, t: float,
-          starts: dict[str, float]) -> dict[str, str]:
+          starts: dict[str, float],
+          flavor_totals: Mapping[str, Resources] | None = None) -> dict[str, str]:
     """One simulated supervisor pass at time `t`, as `SchedulingPass.run_pass`
     does it: admit, start, then offer `needs_room` to preemption. The
     waiting reasons it gives."""
     running = sim.running
-    held = Resources.total(job.holds for job in running)
-    capacity = Capacity(total=total, free=(total - held).at_least_zero())
+    capacity = capacity_now(total, running, flavor_totals)
     sim.history.observe({job.id: (job.tenant, job.holds) for job in running}, t)
     scheduler.horizon_s = sim.history.typical_run_s(sim.settings.fair_share_horizon_s)
     owed = sim.history.owed(total, t, scheduler.horizon_s)
@@ -220,7 +229,7 @@ def _pass(sim: _Sim, scheduler: Scheduler, preemption: PreemptionPolicy,
     now_running = sim.running
     for pending_id in decision.needs_room:
         chosen = preemption.select_victims(queued[pending_id], now_running,
-                                           Capacity(total=total, free=decision.free_after),
+                                           decision.capacity_after(capacity),
                                            tenants)
         if chosen.victims:
             for victim in chosen.victims:

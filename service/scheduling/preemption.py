@@ -20,6 +20,10 @@ The rule:
   victims' ids. The search is exact while the subsets to try are few
   (`max_subsets`); past that, greedy: the largest releases first, then any
   victim not needed dropped again.
+- Flavors: a pending job of a flavor needs room on its flavor's nodes, so
+  only victims of that flavor make it (a victim on another flavor frees
+  nothing for it), and its tenant's quota on that flavor counts; a pending
+  job without a flavor is made room for by any victim.
 - An elastic victim is not shrunk in place: shrinking is a checkpoint and a
   restart all the same, so it is preempted whole and comes back from the
   queue at whatever size then fits within its min..max.
@@ -63,11 +67,11 @@ class PreemptionPolicy:
         tenant = tenants.get(pending.tenant)
         if tenant is None:
             return PreemptionDecision([], f"tenant {pending.tenant} is not known")
-        why = never_runs(pending.demand, tenant, capacity.total)
+        why = never_runs(pending.demand, tenant, capacity.of(pending.demand.flavor).total)
         if why:
             return PreemptionDecision([], f"preempting cannot help: {why}")
         priority = effective_priority(pending.demand.priority, tenant)
-        room = _Room(pending, tenant, running, capacity.free)
+        room = _Room(pending, tenant, running, capacity)
         leaving = [job.id for job in running if job.leaving]
         if room.fits(()):
             return PreemptionDecision([], (
@@ -77,7 +81,8 @@ class PreemptionPolicy:
         def rank(job: RunningJob) -> int:
             return effective_priority(job.demand.priority, tenants.get(job.tenant))
 
-        candidates = sorted((job for job in running if not job.leaving and rank(job) < priority),
+        candidates = sorted((job for job in running if not job.leaving and rank(job) < priority
+                             and room.helps(job)),
                             key=lambda job: (rank(job), job.steps_since_checkpoint, job.id))
         if not room.fits(candidates):
             return PreemptionDecision([], (
@@ -115,22 +120,33 @@ class _Room:
     on top of free capacity and what leaving jobs already release."""
 
     def __init__(self, pending: QueuedJob, tenant: TenantPolicy,
-                 running: Sequence[RunningJob], free: Resources):
+                 running: Sequence[RunningJob], capacity: Capacity):
         self.demand, self.tenant = pending.demand, tenant
+        self.flavor = pending.demand.flavor
         leaving = [job for job in running if job.leaving]
-        self.free = free + Resources.total(job.holds for job in leaving)
+        self.free = capacity.free + Resources.total(job.holds for job in leaving)
+        # a job of a flavor: its flavor's nodes too, where only that flavor's jobs make room
+        self.flavor_free = capacity.of(self.flavor).free + Resources.total(
+            job.holds for job in leaving if self.helps(job))
         self.usage = TenantUsage()
         for job in running:
             if job.tenant == tenant.name and not job.leaving:
-                self.usage.add(job.workers, job.holds)
+                self.usage.add(job.workers, job.holds, flavor=job.demand.flavor)
+
+    def helps(self, job: RunningJob) -> bool:
+        """Whether releasing `job` makes room where the pending job may run."""
+        return self.flavor is None or job.demand.flavor == self.flavor
 
     def fits(self, released: Sequence[RunningJob]) -> bool:
-        usage = TenantUsage(self.usage.workers, self.usage.jobs, self.usage.held)
+        usage = self.usage.copy()
         for job in released:
             if job.tenant == self.tenant.name:
-                usage.add(-job.workers, Resources() - job.holds, jobs=-1)
+                usage.add(-job.workers, Resources() - job.holds, jobs=-1, flavor=job.demand.flavor)
         by_quota, why = quota_limit(self.demand, self.tenant, usage)
         free = self.free + Resources.total(job.holds for job in released)
+        if self.flavor is not None:
+            free = free.least(self.flavor_free + Resources.total(
+                job.holds for job in released if self.helps(job)))
         return not why and min(by_quota, capacity_limit(self.demand.per_worker, free)) >= \
             self.demand.min_workers
 

@@ -71,6 +71,30 @@ class TenantBusy(RuntimeError):
                          "cancel them and wait for them to finish first")
 
 
+class FlavorNotFound(LookupError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"no flavor {name}")
+
+
+class FlavorConflict(ValueError):
+    """A flavor whose labels are another flavor's: a node would be of both."""
+
+    def __init__(self, name: str, other: str):
+        self.name, self.other = name, other
+        super().__init__(f"flavor {name}'s labels are flavor {other}'s: a node would be of both")
+
+
+class FlavorInUse(RuntimeError):
+    """A flavor is not deleted while unfinished jobs ask for it."""
+
+    def __init__(self, name: str, jobs: list[str]):
+        self.name, self.jobs = name, jobs
+        shown = ", ".join(jobs[:10]) + (f" and {len(jobs) - 10} more" if len(jobs) > 10 else "")
+        super().__init__(f"flavor {name} is used by unfinished job(s) {shown}: "
+                         "cancel them and wait for them to finish first")
+
+
 class QuotaExceeded(RuntimeError):
     """A submit the tenant's quota refuses: for now (`retryable`: its queue is
     full; 429) or for good (the job could never run under its quota; 403)."""

@@ -47,6 +47,7 @@ AUDIT_ACTION_LENGTH = 32
 AUDIT_TARGET_LENGTH = 128
 AUDIT_CLIENT_LENGTH = 64  # an IPv6 address and a port fit
 REPLICA_LENGTH = 128  # a replica's name: host, pid and a random part
+FLAVOR_NAME_LENGTH = 63
 EVENT_KIND_LENGTH = 32  # what an event is besides a state change: "recovery"
 
 # Row ids that may grow past 2**31 over a service's life; SQLite only
@@ -289,6 +290,35 @@ class Tenant(Base):
             id=self.id, name=self.name, quota=dict(self.quota), max_priority=self.max_priority,
             weight=self.weight, created_at=self.created_at, updated_at=self.updated_at,
         )
+
+
+class Flavor(Base):
+    """A resource flavor (0012, `service.store.flavors`): a kind of node, named
+    by the Ray node labels it has (`labels`, exact matches), its price per
+    worker-hour now (its history: `FlavorPrice`) and a description."""
+
+    __tablename__ = "flavors"
+
+    name: Mapped[str] = mapped_column(String(FLAVOR_NAME_LENGTH), primary_key=True)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    price_per_worker_hour: Mapped[float] = mapped_column(Float)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FlavorPrice(Base):
+    """A flavor's price from `since` on (0012): a row for each price it has
+    had, written when it is made and at every change; kept when the flavor
+    is deleted, so a cost computed later prices what ran then."""
+
+    __tablename__ = "flavor_prices"
+    __table_args__ = (Index(None, "flavor", "since"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    flavor: Mapped[str] = mapped_column(String(FLAVOR_NAME_LENGTH))
+    price_per_worker_hour: Mapped[float] = mapped_column(Float)
+    since: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class DashboardSession(Base):

@@ -149,6 +149,18 @@ class TenantRecord:
 
 
 @dataclass(frozen=True)
+class FlavorRecord:
+    """A resource flavor (`service.store.flavors`)."""
+
+    name: str
+    labels: dict[str, str]  # the Ray node labels a node of this flavor has (exact matches)
+    price_per_worker_hour: float  # now; what it was before: `FlavorStore.price_at`
+    description: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
 class AuditRecord:
     """One row of the audit trail (`service.store.audit`)."""
 

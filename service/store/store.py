@@ -45,6 +45,7 @@ from service.store.errors import (
     QuotaExceeded,
     UnexpectedState,
 )
+from service.store.flavors import FlavorStore
 from service.store.job_reads import JobReads
 from service.store.leases import LeaseStore
 from service.store.models import (
@@ -100,6 +101,7 @@ class JobStore:
         # The same on the event loop's own connection (SQLite: local reads), or None.
         self.loop_reads = None if loop_engine is None else JobReads(loop_engine)
         self.tenants = TenantStore(self._reader, self._writer)
+        self.flavors = FlavorStore(self._reader, self._writer)
         self.sessions = SessionStore(self._reader, self._writer)
         self.audit = AuditStore(self._reader, self._writer)
         self.sweeps = SweepStore(self._reader, self._writer)

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from service.scheduling import Quota, TenantPolicy
+from service.scheduling import FlavorQuota, Quota, TenantPolicy
 from service.states import TERMINAL
 from service.store.engine import transaction
 from service.store.errors import TenantBusy, TenantExists, TenantNotFound
@@ -35,7 +35,8 @@ from workers.schema import MAX_PRIORITY
 
 ADMIN_TENANT = "admin"  # the admin key's own jobs go under this name: no tenant may take it
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-QUOTA_FIELDS = ("max_workers", "max_gpus", "max_running_jobs", "max_queued_jobs")
+QUOTA_FIELDS = ("max_workers", "max_gpus", "max_running_jobs", "max_queued_jobs", "flavors")
+FLAVOR_QUOTA_FIELDS = ("max_workers", "max_gpus")  # a tenant's limits on one flavor's nodes
 KEY_PREFIX = "bk"
 _KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_[A-Za-z0-9_-]{{43}}$")
 
@@ -93,13 +94,15 @@ class TenantStore:
     def update(self, tenant_id: str, *, quota: Mapping | None = None,
                max_priority: int | None = None, weight: float | None = None) -> TenantRecord:
         """Change what is given; `quota` replaces only the limits it names (a
-        None limit is no limit)."""
+        None limit is no limit), and of `quota.flavors` only the flavors it
+        names (a None flavor: no limits of its own)."""
         with transaction(self._writer) as session:
             tenant = session.get(Tenant, tenant_id, with_for_update=True)
             if tenant is None:
                 raise TenantNotFound(tenant_id)
             if quota is not None:
-                tenant.quota = full_quota({**tenant.quota, **quota})
+                flavors = {**(tenant.quota.get("flavors") or {}), **(quota.get("flavors") or {})}
+                tenant.quota = full_quota({**tenant.quota, **quota, "flavors": flavors})
             if max_priority is not None:
                 tenant.max_priority = max_priority
             if weight is not None:
@@ -189,15 +192,30 @@ def check_name(name: str) -> None:
 
 
 def full_quota(quota: Mapping | None) -> dict:
-    """Every limit named (None: no limit); an unknown one is refused."""
+    """Every limit named (None: no limit), and the limits on each flavor
+    named in `flavors` (a flavor given None has none: left out); an unknown
+    limit is refused."""
     quota = dict(quota or {})
     unknown = sorted(set(quota) - set(QUOTA_FIELDS))
     if unknown:
         raise ValueError(f"unknown quota limits: {', '.join(unknown)}")
-    return {name: quota.get(name) for name in QUOTA_FIELDS}
+    full = {name: quota.get(name) for name in QUOTA_FIELDS}
+    full["flavors"] = {flavor: _flavor_quota(flavor, limits)
+                       for flavor, limits in sorted((quota.get("flavors") or {}).items())
+                       if limits is not None}
+    return full
+
+
+def _flavor_quota(flavor: str, limits: Mapping) -> dict:
+    unknown = sorted(set(limits) - set(FLAVOR_QUOTA_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown quota limits of flavor {flavor}: {', '.join(unknown)}")
+    return {name: limits.get(name) for name in FLAVOR_QUOTA_FIELDS}
 
 
 def tenant_policy(tenant: TenantRecord) -> TenantPolicy:
     """What the scheduling policies read of a tenant."""
     quota = full_quota(tenant.quota)
-    return TenantPolicy(tenant.name, Quota(**quota), tenant.max_priority, tenant.weight)
+    flavors = {name: FlavorQuota(**limits) for name, limits in quota.pop("flavors").items()}
+    return TenantPolicy(tenant.name, Quota(**quota, flavors=flavors), tenant.max_priority,
+                        tenant.weight)

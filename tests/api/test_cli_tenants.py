@@ -31,7 +31,7 @@ def test_tenant_commands_create_list_update_rotate_delete(brigade, server):  # n
     assert updated.exit_code == 0, updated.output
     body = json.loads(updated.stdout)
     assert body["quota"] == {"max_workers": None, "max_gpus": 2.0, "max_running_jobs": None,
-                             "max_queued_jobs": None}
+                             "max_queued_jobs": None, "flavors": {}}
     assert (body["weight"], body["max_priority"]) == (3.0, 7)
     assert json.loads(brigade("tenants", "get", tenant_id).stdout) == body
 

@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, text
 from api.schemas.tenants import TenantKey, TenantPublic
 from service.states import JobState
 
+QUOTA_LIMITS = ("max_workers", "max_gpus", "max_running_jobs", "max_queued_jobs")
 SPEC = {"name": "tiny", "model": {"n_layers": 2, "d_model": 64, "n_heads": 4}, "train": {"steps": 5}}
 
 
@@ -35,7 +36,7 @@ def test_create_answers_the_tenant_and_its_key_once(http):
     tenant = TenantKey.model_validate(response.json())
     assert tenant.id.startswith("t-") and tenant.name == body["name"]
     assert tenant.quota.model_dump() == {"max_workers": 4, "max_gpus": None,
-                                         "max_running_jobs": None, "max_queued_jobs": 10}
+                                         "max_running_jobs": None, "max_queued_jobs": 10, "flavors": {}}
     assert (tenant.max_priority, tenant.weight) == (50, 2.0)
     assert tenant.api_key
     for again in (http.get(f"/v1/tenants/{tenant.id}"), http.get("/v1/tenants")):
@@ -47,7 +48,7 @@ def test_create_answers_the_tenant_and_its_key_once(http):
 
 def test_defaults_and_refusals(http):
     tenant = create(http)
-    assert tenant.quota.model_dump() == dict.fromkeys(tenant.quota.model_dump())  # all unlimited
+    assert tenant.quota.model_dump() == {**dict.fromkeys(QUOTA_LIMITS), "flavors": {}}  # all unlimited
     assert (tenant.max_priority, tenant.weight) == (1000, 1.0)
     for name, status in [(tenant.name, 409), ("admin", 409), ("Bad Name", 422), ("-x", 422),
                          ("x" * 64, 422)]:
@@ -67,7 +68,7 @@ def test_patch_changes_only_what_it_names(http):
     assert response.status_code == 200, response.text
     patched = TenantPublic.model_validate(response.json())
     assert patched.quota.model_dump() == {"max_workers": 4, "max_gpus": None,
-                                          "max_running_jobs": 1, "max_queued_jobs": None}
+                                          "max_running_jobs": 1, "max_queued_jobs": None, "flavors": {}}
     assert (patched.weight, patched.max_priority) == (3.0, tenant.max_priority)
     assert http.patch(f"/v1/tenants/{tenant.id}", json={"max_priority": 2000}).status_code == 422
     assert http.get(f"/v1/tenants/{tenant.id}").json() == response.json()

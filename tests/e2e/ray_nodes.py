@@ -84,6 +84,11 @@ def _ancestors(pid: int) -> list[int]:
 # -- the cluster ----------------------------------------------------------------
 
 
+def _labels(labels: dict[str, str] | None) -> list[str]:
+    """`ray start`'s argument for these node labels (none for none)."""
+    return [f"--labels={','.join(f'{k}={v}' for k, v in labels.items())}"] if labels else []
+
+
 class RayNode:
     def __init__(self, name: str, proc: subprocess.Popen, log: Path):
         self.name, self.proc, self.log = name, proc, log
@@ -116,14 +121,16 @@ class RayNodes:
         self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token,
                         **FAST_HEALTH_CHECKS)
 
-    def start_head(self, num_cpus: int = 0, dashboard: bool = False) -> RayNode:
-        """The head; `dashboard` runs Ray's dashboard on loopback (its state API)."""
+    def start_head(self, num_cpus: int = 0, dashboard: bool = False,
+                   labels: dict[str, str] | None = None) -> RayNode:
+        """The head; `dashboard` runs Ray's dashboard on loopback (its state API);
+        `labels`: its Ray node labels."""
         def args() -> list[str]:  # fresh ports on each try
             port = free_port()
             self.address = f"127.0.0.1:{port}"
             return ["--head", f"--port={port}", f"--num-cpus={num_cpus}",
                     f"--include-dashboard={str(dashboard).lower()}", "--dashboard-host=127.0.0.1",
-                    f"--dashboard-port={free_port()}"]
+                    f"--dashboard-port={free_port()}", *_labels(labels)]
 
         node = self._spawn("head", args())
         self._wait_started(node, retry=args)
@@ -136,8 +143,7 @@ class RayNodes:
         def args(name: str) -> list[str]:
             given = (labels or {}).get(name)
             return [f"--address={self.address}", f"--num-cpus={num_cpus[name]}",
-                    f"--resources={json.dumps({f'brigade_{name}': 1})}",
-                    *([f"--labels={','.join(f'{k}={v}' for k, v in given.items())}"] if given else [])]
+                    f"--resources={json.dumps({f'brigade_{name}': 1})}", *_labels(given)]
 
         nodes = [self._spawn(name, args(name)) for name in num_cpus]
         for node in nodes:

@@ -15,7 +15,8 @@ from tests.ci import skip_or_fail
 from tests.postgres import maybe_database
 
 STORE_TABLES = ("job_logs", "job_metrics", "job_events", "jobs", "job_changes", "tenants",
-                "audit_events", "sweep_trials", "sweeps", "leader_lease")
+                "audit_events", "sweep_trials", "sweeps", "leader_lease", "flavors",
+                "flavor_prices")
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import overload
 
 import ray
@@ -47,6 +47,7 @@ from workers.cluster.rank_calls import await_answers, await_ranks
 from workers.cluster.rank_info import RankInfo, rank_where
 from workers.cluster.replace import Recovery, recover_in_place
 from workers.schema import JobSpec
+from workers.schema.flavor import matches
 
 PROGRESS_TIMEOUT_S = 30.0
 
@@ -68,6 +69,7 @@ class WorkerGroup:
         sigterm_grace_s: float = SIGTERM_GRACE_S,
         tp_size: int = 1,
         pool: RankPool | None = None,
+        label_selector: Mapping[str, str] | None = None,
     ):
         if placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(
@@ -98,6 +100,9 @@ class WorkerGroup:
         # where the cluster can hold them whole, so each shares a node (PACK
         # within the group; workers/cluster/placement.py `gang_bundles`).
         self.tp_size = tp_size
+        # The Ray node labels every bundle asks for (a flavor's: `bundle_label_selector`), so
+        # the ranks run only on nodes with all of them; None: any node.
+        self.label_selector = dict(label_selector) if label_selector else None
         # Warm rank processes to take from (CPU-only groups: a GPU rank starts cold).
         self.pool = pool if not gpus_per_worker else None
         self.pooled_ranks: list[int] = []  # the ranks whose process came from the pool
@@ -134,6 +139,13 @@ class WorkerGroup:
     def bundle(self) -> dict[str, float]:
         """What one rank reserves."""
         return bundle_of(self.cpus_per_worker, self.gpus_per_worker)
+
+    def bundle_selectors(self, count: int) -> list[dict[str, str]] | None:
+        """The label selector of each of `count` bundles (Ray's
+        `bundle_label_selector`), or None where the group has none."""
+        if not self.label_selector:
+            return None
+        return [dict(self.label_selector) for _ in range(count)]
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -409,7 +421,8 @@ class WorkerGroup:
 
     def _check_capacity(self) -> None:
         """Refuse at once what no amount of waiting can place."""
-        nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+        nodes = [node["Resources"] for node in ray.nodes() if node["Alive"] and (
+            not self.label_selector or matches(self.label_selector, node.get("Labels") or {}))]
         check_capacity(nodes, self.num_workers, self.bundle, self.placement_strategy)
         self._gang = gang_bundles(self.num_workers, self.bundle, self.tp_size, nodes)
 
@@ -420,6 +433,7 @@ class WorkerGroup:
             strategy=self.placement_strategy,
             name=f"{self.name_prefix}-pg" if self.name_prefix else "",
             lifetime="detached" if self.detached else None,
+            bundle_label_selector=self.bundle_selectors(len(self._gang.bundles)),
         )
         ready, _ = ray.wait([self._pg.ready()], timeout=self.ready_timeout_s)
         if not ready:

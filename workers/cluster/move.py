@@ -99,7 +99,8 @@ def _reserve(group: WorkerGroup, count: int, avoid: set[str], wait_s: float) -> 
     of the `avoid`ed nodes; CannotMove where Ray cannot place it in time."""
     name = f"{group.name_prefix}-moved-{time.time_ns()}-pg" if group.name_prefix else ""
     pg = placement_group([dict(group.bundle) for _ in range(count)], strategy="PACK", name=name,
-                         lifetime="detached" if group.detached else None)
+                         lifetime="detached" if group.detached else None,
+                         bundle_label_selector=group.bundle_selectors(count))  # its flavor's nodes
     ready, _ = ray.wait([pg.ready()], timeout=wait_s)
     if not ready:
         remove_placement_group(pg)

@@ -5,7 +5,10 @@ the control plane's tests build them by hand."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from workers.schema.flavor import flavor_of_node
 
 CANNOT_CANCEL = ("Ray cannot cancel a drain (Ray 2.x has no call for it): the node stays "
                  "draining until it leaves the cluster")
@@ -42,6 +45,13 @@ class NodeView:
     labels: dict[str, str] = field(default_factory=dict)
     resources_total: dict[str, float] = field(default_factory=dict)
     resources_available: dict[str, float] = field(default_factory=dict)
+    # the resource flavor whose labels are all among the node's (the control plane's to
+    # say: `with_flavor`); None: of no flavor
+    flavor: str | None = None
+
+    def with_flavor(self, flavors: Mapping[str, Mapping[str, str]]) -> NodeView:
+        """This node with its flavor among `flavors` (name -> labels)."""
+        return replace(self, flavor=flavor_of_node(flavors, self.labels))
 
     @property
     def resources_used(self) -> dict[str, float]:

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.json_schema import JsonDict, JsonValue
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from workers.schema.flavor import FLAVOR_NAME_PATTERN
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_WORKERS = 1024
 MAX_PRIORITY = 1000  # a job's priority, and a tenant's max_priority, lie in 0..MAX_PRIORITY
@@ -86,6 +88,10 @@ class Resources(_Section):
     # one worker's memory (GB), what admission holds the model's sharded state
     # against; unset: the cluster's smallest per-worker share (service/run/ray_cluster.py)
     memory_gb: Annotated[float, Field(gt=0, le=65536)] | None = None
+    # the kind of node every worker runs on, by name (a flavor the admin put: `PUT
+    # /v1/flavors/{name}`, its Ray node labels); None: any node. Never labels themselves:
+    # which nodes a flavor is, is the admin's to say (service/store/flavors.py)
+    flavor: Annotated[str, Field(pattern=FLAVOR_NAME_PATTERN)] | None = None
 
 
 def registered(names: Callable[[], list[str]]) -> Callable[[JsonDict], None]:

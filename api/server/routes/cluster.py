@@ -96,7 +96,7 @@ def node_public(node: NodeView, ranks: list[dict]) -> NodePublic:
     return NodePublic(
         node_id=node.node_id, address=node.address, alive=node.alive, head=node.is_head,
         draining=node.draining, drain_deadline=deadline, drain_reason=node.drain_reason,
-        labels=node.labels,
+        labels=node.labels, flavor=node.flavor,
         resources=NodeResources(total=ours(node.resources_total), used=ours(node.resources_used)),
         ranks=[NodeRank(**r) for r in ranks],
     )

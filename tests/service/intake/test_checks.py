@@ -48,10 +48,10 @@ def refusal(spec: JobSpec, store: JobStore) -> SpecError:
 
 
 def test_the_checks_run_in_the_documented_order():
-    documented = re.findall(r"^\d\. `([^`]+)`", inspect.getdoc(checks_module) or "", re.M)
+    documented = re.findall(r"^\d+\. `([^`]+)`", inspect.getdoc(checks_module) or "", re.M)
     assert [check.field for check in CHECKS] == documented == [
-        "operator_only", "tracking.wandb", "uris", "model.config_uri", "after", "data", "init", "workers",
-        "resources_per_worker.memory_gb"]
+        "operator_only", "tracking.wandb", "uris", "model.config_uri", "after", "data", "init",
+        "resources_per_worker.flavor", "workers", "resources_per_worker.memory_gb"]
 
 
 @pytest.mark.parametrize("sections, field", [

@@ -50,7 +50,7 @@ def test_the_admin_has_a_row_with_jobs_or_without():
         admin = rows[0]
         assert admin.tenant == "admin" and admin.weight == 1.0
         assert admin.quota == {"max_workers": None, "max_gpus": None, "max_running_jobs": None,
-                               "max_queued_jobs": None}
+                               "max_queued_jobs": None, "flavors": {}}
         assert (admin.running_jobs, admin.workers, admin.share_now) == (
             (1, 2, 0.5) if active else (0, 0, 0.0))
         assert [r.tenant for r in rows] == ["admin", *(t.name for t in tenants)]

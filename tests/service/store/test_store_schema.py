@@ -21,7 +21,8 @@ from service.store.store import MIGRATIONS_DIR, alembic_config
 
 ROOT = Path(__file__).resolve().parents[3]
 TABLES = {"jobs", "job_changes", "job_events", "job_metrics", "job_logs", "tenants",
-          "dashboard_sessions", "audit_events", "sweeps", "sweep_trials", "leader_lease"}
+          "dashboard_sessions", "audit_events", "sweeps", "sweep_trials", "leader_lease",
+          "flavors", "flavor_prices"}
 
 
 def schema_differences(url: str) -> list:

@@ -10,7 +10,7 @@ from store_harness import submit
 
 from service.states import JobState
 from service.store import TenantBusy, TenantExists, TenantNotFound
-from service.store.tenants import QUOTA_FIELDS
+from service.store.tenants import QUOTA_FIELDS, tenant_policy
 
 NO_SUCH_TENANT = "t-000000000000"
 
@@ -19,7 +19,7 @@ def test_create_returns_the_tenant_and_a_key_that_finds_it(store):
     tenant, key = store.tenants.create("acme", quota={"max_workers": 4}, max_priority=10, weight=2)
     assert tenant.id.startswith("t-") and tenant.name == "acme"
     assert tenant.quota == {"max_workers": 4, "max_gpus": None, "max_running_jobs": None,
-                            "max_queued_jobs": None}
+                            "max_queued_jobs": None, "flavors": {}}
     assert (tenant.max_priority, tenant.weight) == (10, 2.0)
     assert store.tenants.tenant_for_key(key) == tenant
     assert store.tenants.get(tenant.id) == store.tenants.by_name("acme") == tenant
@@ -80,7 +80,7 @@ def test_update_changes_only_what_is_given(store):
     updated = store.tenants.update(tenant.id, quota={"max_gpus": None, "max_queued_jobs": 3},
                                    weight=0.5)
     assert updated.quota == {"max_workers": 4, "max_gpus": None, "max_running_jobs": None,
-                             "max_queued_jobs": 3}
+                             "max_queued_jobs": 3, "flavors": {}}
     assert (updated.weight, updated.max_priority) == (0.5, tenant.max_priority)
     assert store.tenants.update(tenant.id, max_priority=3).max_priority == 3
     assert set(store.tenants.get(tenant.id).quota) == set(QUOTA_FIELDS)
@@ -104,3 +104,19 @@ def test_delete_is_refused_while_a_job_is_unfinished(store):
     assert store.list_jobs(tenant=again.name) == ([], 0)
     with pytest.raises(TenantNotFound):
         store.tenants.delete(tenant.id)
+
+
+def test_quota_per_flavor_beside_the_totals_changes_only_the_flavors_named(store):
+    tenant, _ = store.tenants.create("acme", quota={"max_workers": 8,
+                                                    "flavors": {"a100": {"max_workers": 2}}})
+    assert tenant.quota["flavors"] == {"a100": {"max_workers": 2, "max_gpus": None}}
+    updated = store.tenants.update(tenant.id, quota={"flavors": {"h100": {"max_gpus": 4}}})
+    assert updated.quota["max_workers"] == 8
+    assert updated.quota["flavors"] == {"a100": {"max_workers": 2, "max_gpus": None},
+                                        "h100": {"max_workers": None, "max_gpus": 4}}
+    updated = store.tenants.update(tenant.id, quota={"flavors": {"a100": None}})
+    assert updated.quota["flavors"] == {"h100": {"max_workers": None, "max_gpus": 4}}
+    policy = tenant_policy(updated)
+    assert policy.quota.flavors["h100"].max_gpus == 4 and policy.quota.max_workers == 8
+    with pytest.raises(ValueError, match="max_cpus"):
+        store.tenants.update(tenant.id, quota={"flavors": {"h100": {"max_cpus": 1}}})
