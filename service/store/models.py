@@ -30,6 +30,7 @@ from service.store.records import (
     AuditRecord,
     EventRecord,
     JobRecord,
+    JobTrial,
     LogRecord,
     TenantRecord,
 )
@@ -156,10 +157,10 @@ def job_row_columns() -> list:
             for c in Job.__table__.c]
 
 
-def job_row_record(row: Any) -> JobRecord:
+def job_row_record(row: Any, trial: JobTrial | None = None) -> JobRecord:
     """The record of a row of `JOB_ROW` (the API's reads: no ORM object, the
     spec's JSON decoded once per job, columns by position; ~4 us a row where
-    an ORM object costs ~30)."""
+    an ORM object costs ~30), with its trial where it is a sweep's."""
     (id_, tenant, name, state, spec, priority, workers, requested_workers, step, restarts,
      preemptions, checkpoint_step, checkpoint_world_size, attempt, error, idempotency_key,
      created_at, started_at, finished_at, updated_at, latest_loss, sweep, recoveries,
@@ -175,7 +176,7 @@ def job_row_record(row: Any) -> JobRecord:
         idempotency_key=idempotency_key, created_at=created_at, started_at=started_at,
         finished_at=finished_at, updated_at=updated_at, latest_loss=latest_loss, sweep=sweep,
         recoveries=recoveries, failures_since_progress=failures_since_progress,
-        labels=_labels(labels), note=note,
+        labels=_labels(labels), note=note, trial=trial,
     )
 
 

@@ -20,11 +20,12 @@ from sqlalchemy.exc import IntegrityError
 
 from service.states import LIVE_SWEEP, SweepState, TrialState
 from service.store.engine import Fence, transaction, write_transaction
-from service.store.models import Sweep, SweepTrial, utcnow
+from service.store.models import Job, Sweep, SweepTrial, utcnow
 from service.store.sweep_records import PARSED_SWEEP_SPECS, SweepRecord, SweepTrialRecord
 from workers.schema.sweep import SweepSpec
 
 _TRIAL_FIELDS = frozenset({"job_id", "state", "objective", "pruned_step", "error"})
+_SHOWN_ON_JOB = frozenset({"job_id", "objective", "pruned_step"})  # a job's `trial` (JobTrial)
 
 
 def new_sweep_id() -> str:
@@ -198,9 +199,15 @@ class SweepStore:
             row = session.get(SweepTrial, (sweep_id, number), with_for_update=True)
             if row is None:
                 raise LookupError(f"no trial {number} of sweep {sweep_id}")
+            shown = {name: getattr(row, name) for name in _SHOWN_ON_JOB}
             for name, value in fields.items():
                 setattr(row, name, value)
             row.updated_at = utcnow()
+            if row.job_id is not None and any(getattr(row, n) != v for n, v in shown.items()):
+                # what the job's view shows changed: a no-op write of its row, so its tenant's
+                # jobs version moves (migration 0006's triggers) and no list page kept stays
+                session.execute(update(Job).where(Job.id == row.job_id).values(sweep=Job.sweep),
+                                execution_options={"synchronize_session": False})
             session.flush()
             return trial_record(row)
 

@@ -91,3 +91,41 @@ def test_a_deposed_leaders_sweep_writes_are_refused(store):
     assert store.sweeps.get(sweep.id).state is SweepState.QUEUED
     assert [(t.number, t.state) for t in store.sweeps.trials(sweep.id)] == [(0, TrialState.QUEUED)]
     assert store.sweeps.set_state(sweep.id, SweepState.CANCELLED) is not None  # the API's write
+
+
+def test_a_trials_job_is_read_with_its_trial_and_its_list_moves_with_it(store):
+    """A job that is a trial carries the trial's number and objective as the
+    sweep has them (`JobRecord.trial`), in one job's read and in a page; a
+    trial's objective written is a change of its tenant's jobs (a kept page
+    of the list is read again)."""
+    from workers.schema.sweep import trial_spec
+
+    sweep, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    jobs = []
+    for number in (0, 1):
+        store.sweeps.add_trial(sweep.id, number, {"train.lr": 0.01})
+        job, _ = store.create_job(tenant="acme", name=f"lr-t{number}", sweep=sweep.id,
+                                  spec=trial_spec(SPEC, {"train.lr": 0.01}, number))
+        jobs.append(job)
+    plain, _ = store.create_job(tenant="acme", name="plain", spec=SPEC.base)
+    assert store.get_job(jobs[0].id).trial is None  # no job recorded on the trial yet
+
+    before = store.reads.jobs_version("acme")
+    store.sweeps.update_trial(sweep.id, 0, job_id=jobs[0].id)
+    store.sweeps.update_trial(sweep.id, 1, job_id=jobs[1].id)
+    assert store.reads.jobs_version("acme") > before
+    before = store.reads.jobs_version("acme")
+    store.sweeps.update_trial(sweep.id, 1, state=TrialState.PRUNED, objective=3.6665, pruned_step=16)
+    assert store.reads.jobs_version("acme") > before
+    before = store.reads.jobs_version("acme")
+    store.sweeps.update_trial(sweep.id, 1, state=TrialState.PRUNED)  # nothing a job shows
+    assert store.reads.jobs_version("acme") == before
+
+    pruned = store.get_job(jobs[1].id).trial
+    assert (pruned.sweep, pruned.number, pruned.metric, pruned.objective, pruned.pruned_step) == (
+        sweep.id, 1, "loss", 3.6665, 16)
+    listed = {j.name: j.trial for j in store.list_jobs(tenant="acme")[0]}
+    assert listed["lr-t1"] == pruned and listed["plain"] is None
+    assert (listed["lr-t0"].number, listed["lr-t0"].objective) == (0, None)
+    assert store.get_job(plain.id).trial is None
+    assert store.list_jobs(tenant="acme", sweep=sweep.id)[1] == 2
