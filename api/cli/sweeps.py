@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 import yaml
 
-from api.cli.output import Output, OutputFormat, emit, or_dash, plain, print_table, when
+from api.cli.output import (
+    Output,
+    OutputFormat,
+    emit,
+    number,
+    or_dash,
+    plain,
+    print_table,
+    when,
+)
 from api.cli.remote import Key, Url, connect, load_spec
 from api.cli.spec_file import FileOption, SpecArgument, SubmitCommand, spec_path
 from api.client import BrigadeClient
@@ -75,8 +84,8 @@ def status(sweep_id: SweepId, output: Output = OutputFormat.table, url: Url = No
             typer.echo(line)
     typer.echo(f"objective: {_objective(found)}; a pruned trial's, the value it was pruned on")
     print_table(("TRIAL", "JOB", "STATE", "STEP", "OBJECTIVE", "PRUNED AT", "LAST LOSS", "PARAMS"),
-                [(t.number, or_dash(t.job), t.state.value, or_dash(t.step), _number(t.objective),
-                  or_dash(t.pruned_step), _number(t.last_loss), _params(t.params))
+                [(t.number, or_dash(t.job), t.state.value, or_dash(t.step), number(t.objective),
+                  or_dash(t.pruned_step), number(t.last_loss), _params(t.params))
                  for t in found.trials])
     for t in found.trials:
         if t.error:
@@ -84,7 +93,7 @@ def status(sweep_id: SweepId, output: Output = OutputFormat.table, url: Url = No
     best = found.best
     typer.echo("best: -" if best is None else
                f"best: trial {best.number}, job {or_dash(best.job)}, "
-               f"{found.objective.metric} {_number(best.objective)}: {_params(best.params)}")
+               f"{found.objective.metric} {number(best.objective)}: {_params(best.params)}")
 
 
 @sweep.command()
@@ -125,7 +134,7 @@ def list_sweeps(
         ("ID", "TENANT", "NAME", "STATE", "TRIALS", "OBJECTIVE", "BEST", "CREATED"),
         [(s.id, s.tenant, s.name, s.state.value, f"{s.counts.total}/{s.spec.trial_budget}",
           f"{s.objective.metric} ({s.objective.mode})",
-          "-" if s.best is None else _number(s.best.objective), when(s.created_at))
+          "-" if s.best is None else number(s.best.objective), when(s.created_at))
          for s in page.sweeps]))
 
 
@@ -181,11 +190,11 @@ def _trial_line(trial: TrialPublic, metric: str) -> str:
     if trial.step is not None:
         parts.append(f"step {trial.step}")
     if trial.pruned_step is not None:
-        parts.append(f"pruned at step {trial.pruned_step} on objective {_number(trial.objective)}")
+        parts.append(f"pruned at step {trial.pruned_step} on objective {number(trial.objective)}")
     elif trial.objective is not None:
-        parts.append(f"objective {_number(trial.objective)}")
+        parts.append(f"objective {number(trial.objective)}")
     if trial.last_loss is not None and trial.last_loss != trial.objective:
-        parts.append(f"last loss {_number(trial.last_loss)}")
+        parts.append(f"last loss {number(trial.last_loss)}")
     if trial.error:
         parts.append(f"error: {trial.error}")
     return "  ".join(parts)
@@ -196,7 +205,7 @@ def _end_with(found: SweepPublic) -> None:
     best = found.best
     if best is not None:
         typer.echo(f"best: trial {best.number}, job {or_dash(best.job)}, "
-                   f"{found.objective.metric} {_number(best.objective)}: {_params(best.params)}",
+                   f"{found.objective.metric} {number(best.objective)}: {_params(best.params)}",
                    err=True)
     typer.echo(f"sweep {found.id}: {found.state.value}" + (f": {found.error}" if found.error else ""),
                err=True)
@@ -208,10 +217,6 @@ def _counted(counts) -> str:
     return ", ".join(shown) or "none yet"
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
 def _params(params: dict) -> str:
-    return " ".join(f"{name}={_number(v) if isinstance(v, float) else v}"
+    return " ".join(f"{name}={number(v) if isinstance(v, float) else v}"
                     for name, v in params.items())
