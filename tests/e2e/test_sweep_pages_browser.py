@@ -285,6 +285,10 @@ def test_trials_ticked_on_the_sweep_page_open_overlaid_in_the_compare_view(serve
     assert lr_row == [str(TRIALS[n][0]) for n in (0, 1, 3)], lr_row
     assert d.execute_script("return document.getElementById('spec-diff').getBoundingClientRect().top"
                             " < document.getElementById('chart-loss').getBoundingClientRect().top")
+    # the pruned trial's objective as its sweep page shows it, named with its pruning step
+    pruned = f"#compared tr[data-job-id='{jobs[3]}'] .objective"
+    assert text_of(browser, pruned).split("\n") == [f"{_curve(TRIALS[3][2], 22)[19]['eval_loss']:.4f}",
+                                                    "at pruning step 20"]
     _shot(browser, "compare.png")
     clean(browser, live)
 
@@ -333,6 +337,12 @@ def test_the_jobs_list_ticks_jobs_into_the_compare_view(served, browser):
         wait_for("the row", lambda b=box: d.find_elements(By.CSS_SELECTOR, b))
         d.find_element(By.CSS_SELECTOR, box).click()
     assert text_of(browser, "#compare-count") == "2 ticked"
+    # a trial's objective as its sweep page shows it (the pruned one's at its pruning step)
+    assert text_of(browser, f"tr[data-job-id='{jobs[3]}'] .objective").split("\n") == [
+        f"{_curve(TRIALS[3][2], 22)[19]['eval_loss']:.4f}", "at pruning step 20"]
+    assert text_of(browser, f"tr[data-job-id='{jobs[0]}'] .objective") == \
+        f"{_curve(TRIALS[0][2], 60)[59]['eval_loss']:.4f}"
+    _shot(browser, "jobs-objective.png")
 
     def fits() -> None:  # the ticks take no room the phone's table lacks
         table = d.find_element(By.CSS_SELECTOR, ".table-wrap")
