@@ -124,20 +124,34 @@ def label(
 ) -> None:
     """Set labels on a job (key=value; the others kept), remove some (--remove KEY), or
     set its note (--note); prints the job's labels and note."""
-    try:
-        given = dict(parse_label(text) for text in labels or ())
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="LABELS") from None
+    given = labels_given(labels)
     with connect(url, key) as client:
         job = client.get(job_id)
-        kept = {k: v for k, v in job.labels.items() if k not in set(remove or ())}
-        changed = {**kept, **given}
-        job = client.update(job_id, labels=None if changed == job.labels else changed,
+        job = client.update(job_id, labels=relabelled(job.labels, given, remove),
                             **({} if note is None else {"note": note or None}))
-    for name, value in sorted(job.labels.items()):
+    say_labels(job.labels, job.note)
+
+
+def labels_given(texts: list[str] | None) -> dict[str, str]:
+    """`key=value` arguments as labels (a bad one: the command's usage error)."""
+    try:
+        return dict(parse_label(text) for text in texts or ())
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="LABELS") from None
+
+
+def relabelled(current: dict[str, str], given: dict[str, str],
+               remove: list[str] | None) -> dict[str, str] | None:
+    """The labels after setting `given` and removing `remove`'s keys; None where unchanged."""
+    changed = {**{k: v for k, v in current.items() if k not in set(remove or ())}, **given}
+    return None if changed == current else changed
+
+
+def say_labels(labels: dict[str, str], note: str | None) -> None:
+    for name, value in sorted(labels.items()):
         typer.echo(f"{name}={value}")
-    if job.note:
-        typer.echo(f"note: {job.note}")
+    if note:
+        typer.echo(f"note: {note}")
 
 
 def get(job_id: JobId, output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:

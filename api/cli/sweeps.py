@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 import yaml
 
+from api.cli.jobs import labels_given, relabelled, say_labels
 from api.cli.output import (
     Output,
     OutputFormat,
@@ -121,21 +122,45 @@ def best(sweep_id: SweepId, output: Output = OutputFormat.yaml, url: Url = None,
 def list_sweeps(
     state: Annotated[list[str] | None, typer.Option(help="only sweeps in this state (repeatable)")] = None,
     tenant: Annotated[str | None, typer.Option(help="the admin: only this tenant's sweeps")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        help="only sweeps labelled key=value (repeatable: every one)")] = None,
     limit: int = 50,
     output: Output = OutputFormat.table,
     url: Url = None,
     key: Key = None,
 ) -> None:
     """List sweeps, newest first (the admin: every tenant's): state, trials
-    by state, the best objective."""
+    by state, the best objective, labels."""
     with connect(url, key) as client:
-        page = client.sweeps(state=state, limit=limit, tenant=tenant)
+        page = client.sweeps(state=state, limit=limit, tenant=tenant, label=label)
     emit(page, output, lambda: (
-        ("ID", "TENANT", "NAME", "STATE", "TRIALS", "OBJECTIVE", "BEST", "CREATED"),
+        ("ID", "TENANT", "NAME", "STATE", "TRIALS", "OBJECTIVE", "BEST", "LABELS", "CREATED"),
         [(s.id, s.tenant, s.name, s.state.value, f"{s.counts.total}/{s.spec.trial_budget}",
           f"{s.objective.metric} ({s.objective.mode})",
-          "-" if s.best is None else number(s.best.objective), when(s.created_at))
+          "-" if s.best is None else number(s.best.objective),
+          ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-", when(s.created_at))
          for s in page.sweeps]))
+
+
+@sweep.command("label")
+def label_sweep(
+    sweep_id: SweepId,
+    labels: Annotated[list[str] | None, typer.Argument(help="key=value to set")] = None,
+    remove: Annotated[list[str] | None, typer.Option(help="a label's key to remove (repeatable)")] = None,
+    note: Annotated[str | None, typer.Option(help="the sweep's note ('' removes it)")] = None,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Set labels on a sweep (key=value; the others kept), remove some (--remove
+    KEY), or set its note (--note); prints its labels and note. The trials it
+    makes from then on carry them; those made already keep theirs (`brigade
+    label` changes a job's)."""
+    given = labels_given(labels)
+    with connect(url, key) as client:
+        found = client.sweep(sweep_id)
+        found = client.update_sweep(sweep_id, labels=relabelled(found.labels, given, remove),
+                                    **({} if note is None else {"note": note or None}))
+    say_labels(found.labels, found.note)
 
 
 @sweep.command()

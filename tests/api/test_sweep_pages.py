@@ -263,3 +263,69 @@ def test_a_trials_objective_is_one_value_on_every_view(served, monkeypatch, tmp_
                   if line.split() and line.split()[0] in ("0", "1")}
     assert trial_rows["0"][4:7] == ["3.667", "16", "3.4"]  # OBJECTIVE, PRUNED AT, LAST LOSS
     assert trial_rows["1"][4:7] == ["3.423", "-", "3.423"]
+
+
+def test_a_sweeps_labels_and_note_are_changed_and_filter_its_list(served, monkeypatch, tmp_path):
+    """`PATCH /v1/sweeps/{id}` `{labels, note}` as a job's, `GET /v1/sweeps?label=`,
+    `brigade sweep label` and `brigade sweep list --label`, and the sweep's page."""
+    from typer.testing import CliRunner
+
+    from api.cli.main import app
+    from workers.schema.sweep import SweepSpec
+
+    url, supervisor, keys = served
+    store = supervisor.store
+    spec = SweepSpec.model_validate({
+        "name": "tagged", "base": {**SPEC, "name": "tagged", "labels": {"team": "nlp"}},
+        "sampler": "grid", "max_trials": 2, "space": {"train.lr": {"grid": [0.001, 0.01]}},
+        "objective": {"metric": "loss"}, "labels": {"study": "lr"}})
+    sweep, _ = store.sweeps.create(tenant="team-a", spec=spec)
+    other, _ = store.sweeps.create(tenant="team-a", spec=spec.model_copy(update={"labels": {}}))
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {keys['team-a']}"}) as api, \
+            httpx.Client(base_url=url, timeout=10,
+                         headers={"Authorization": f"Bearer {keys['team-b']}"}) as team_b:
+        shown = api.get(f"/v1/sweeps/{sweep.id}").json()
+        assert (shown["labels"], shown["note"]) == ({"study": "lr"}, None)
+        listed = api.get("/v1/sweeps", params={"label": "study=lr"}).json()["sweeps"]
+        assert [s["id"] for s in listed] == [sweep.id]
+
+        changed = api.patch(f"/v1/sweeps/{sweep.id}", json={"labels": {"study": "lr", "verdict": "ok"},
+                                                            "note": "TPE beat random"})
+        assert changed.status_code == 200, changed.text
+        assert (changed.json()["labels"], changed.json()["note"]) == (
+            {"study": "lr", "verdict": "ok"}, "TPE beat random")
+        assert changed.json()["spec"]["labels"] == {"study": "lr"}  # the spec as submitted
+        kept = api.patch(f"/v1/sweeps/{sweep.id}", json={"note": None}).json()
+        assert (kept["labels"], kept["note"]) == ({"study": "lr", "verdict": "ok"}, None)
+        both = api.get("/v1/sweeps", params=[("label", "study=lr"), ("label", "verdict=ok")]).json()
+        assert [s["id"] for s in both["sweeps"]] == [sweep.id]
+
+        for body, field in (({}, "body"), ({"labels": {"bad key": "x"}}, "labels"),
+                            ({"labels": {f"k{i}": "v" for i in range(16)}}, "labels"),
+                            ({"note": "x", "other": 1}, "other")):
+            refused = api.patch(f"/v1/sweeps/{sweep.id}", json=body)
+            assert refused.status_code == 422 and field in refused.text, (body, refused.text)
+        assert "17 labels" in api.patch(f"/v1/sweeps/{sweep.id}", json={
+            "labels": {f"k{i}": "v" for i in range(16)}}).json()["error"]["message"]
+        assert api.get("/v1/sweeps", params={"label": "nokey"}).status_code == 422
+        assert team_b.patch(f"/v1/sweeps/{sweep.id}", json={"note": "x"}).status_code == 404
+
+    with _browser(url, keys["team-a"]) as team_a:
+        page = team_a.get(f"/sweeps/{sweep.id}").text
+    assert 'id="sweep-labels"' in page and "verdict" in page
+
+    monkeypatch.chdir(tmp_path)
+    env = {"BRIGADE_URL": url, "BRIGADE_API_KEY": keys["team-a"], "BRIGADE_ADMIN_KEY": None}
+    runner = CliRunner()
+    labelled = runner.invoke(app, ["sweep", "label", other.id, "stage=dev", "--note", "a baseline"],
+                             env=env)
+    assert labelled.exit_code == 0, labelled.output
+    assert labelled.stdout.splitlines() == ["stage=dev", "note: a baseline"]
+    removed = runner.invoke(app, ["sweep", "label", sweep.id, "--remove", "verdict"], env=env)
+    assert removed.stdout.splitlines() == ["study=lr"]
+    listing = runner.invoke(app, ["sweep", "list", "--label", "stage=dev"], env=env)
+    assert listing.exit_code == 0, listing.output
+    header, *rows = listing.stdout.splitlines()
+    assert "LABELS" in header.split() and [r.split()[0] for r in rows] == [other.id]
+    assert "stage=dev" in rows[0]
