@@ -147,8 +147,7 @@ class BrigadeClient:
         if sweep:
             params["sweep"] = sweep
         if label:
-            params["label"] = ([f"{k}={v}" for k, v in label.items()] if isinstance(label, dict)
-                               else list(label))
+            params["label"] = _labels_query(label)
         if state:
             states = [state] if isinstance(state, str | JobState) else list(state)
             params["state"] = ",".join(JobState(s).value if isinstance(s, JobState) else s for s in states)
@@ -308,14 +307,28 @@ class BrigadeClient:
         return self._call(SweepPublic, "GET", f"/v1/sweeps/{sweep_id}")
 
     def sweeps(self, state: str | Iterable[str] | None = None, limit: int = 50,
-               tenant: str | None = None) -> SweepsPublic:
-        """Sweeps without their trials, newest first; the admin sees every tenant's (or `tenant`'s)."""
+               tenant: str | None = None,
+               label: dict[str, str] | Iterable[str] | None = None) -> SweepsPublic:
+        """Sweeps without their trials, newest first; the admin sees every tenant's (or
+        `tenant`'s); `label`: only sweeps with every one of these labels ({key: value},
+        or `key=value` strings)."""
         params: dict[str, Any] = {"limit": limit}
         if tenant:
             params["tenant"] = tenant
+        if label:
+            params["label"] = _labels_query(label)
         if state:
             params["state"] = state if isinstance(state, str) else ",".join(state)
         return self._call(SweepsPublic, "GET", "/v1/sweeps", params=params)
+
+    def update_sweep(self, sweep_id: str, *, labels: dict[str, str] | None = None,
+                     note: str | None | Unset = UNSET) -> SweepPublic:
+        """Set a sweep's labels (all of them, replaced; None: kept), which the trials made
+        from then on inherit, and/or its note (None removes it; left out: kept)."""
+        body: dict[str, Any] = {} if labels is None else {"labels": labels}
+        if not isinstance(note, Unset):
+            body["note"] = note
+        return self._call(SweepPublic, "PATCH", f"/v1/sweeps/{sweep_id}", json=body, idempotent=True)
 
     def cancel_sweep(self, sweep_id: str) -> SweepPublic:
         """Cancel a sweep and its live trials; a finished one is answered as it is."""
@@ -474,6 +487,11 @@ class BrigadeClient:
 # One validator per response type, keyed by the type form (a class, or an alias
 # such as list[LogLine]): `object`, since mypy does not take type[...] as Hashable.
 _adapter: Callable[[object], TypeAdapter[Any]] = functools.cache(TypeAdapter)
+
+
+def _labels_query(label: dict[str, str] | Iterable[str]) -> list[str]:
+    """A `label` filter as the API's repeated `key=value` parameters."""
+    return [f"{k}={v}" for k, v in label.items()] if isinstance(label, dict) else list(label)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -17,7 +17,16 @@ from typing import Annotated
 import typer
 
 from api.cli import metric_columns
-from api.cli.output import Output, OutputFormat, emit, or_dash, plain, when
+from api.cli.output import (
+    Output,
+    OutputFormat,
+    emit,
+    number,
+    or_dash,
+    plain,
+    trial_objective,
+    when,
+)
 from api.cli.remote import JobId, Key, Url, connect, end_with, follow_with_progress, load_spec
 from api.cli.spec_file import FileOption, SpecArgument, SubmitCommand, spec_path
 from api.client import BrigadeError
@@ -77,19 +86,32 @@ def jobs(
     key: Key = None,
 ) -> None:
     """List jobs, newest first (the admin: every tenant's): kind, state,
-    world size, step of steps, latest loss."""
+    world size, step of steps, latest loss; where some are sweeps' trials,
+    each trial's objective as `brigade sweep status` shows it (a pruned
+    trial's at its pruning step, named so)."""
     with connect(url, key) as client:
         page = client.jobs(state=state, limit=limit, offset=offset, tenant=tenant, sweep=sweep,
                            label=label)
-    emit(page, output, lambda: (
-        ("ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS", "STEP", "LOSS", "LABELS", "CREATED"),
-        [(j.id, j.tenant, j.name, j.spec.kind, j.state.value, or_dash(j.workers),
-          f"{j.step}/{j.spec.train.steps}",  # a prepare job's steps: its files
-          "-" if j.latest_loss is None else f"{j.latest_loss:.4g}",
-          ",".join(f"{k}={v}" for k, v in sorted(j.labels.items())) or "-", when(j.created_at))
-         for j in page.items]))
+    emit(page, output, lambda: _jobs_table(page.items))
     if output is OutputFormat.table and page.total > page.offset + len(page.items):
         typer.echo(f"({page.total} in all; --offset {page.offset + len(page.items)} for more)", err=True)
+
+
+def _jobs_table(items: list[JobPublic]) -> tuple[tuple[str, ...], list[tuple]]:
+    """`brigade jobs`' table: an OBJECTIVE column where some job is a sweep's trial."""
+    trials = any(j.trial is not None for j in items)
+    header = ("ID", "TENANT", "NAME", "KIND", "STATE", "WORKERS", "STEP", "LOSS",
+              *(("OBJECTIVE",) if trials else ()), "LABELS", "CREATED")
+    rows = []
+    for j in items:
+        objective = () if not trials else ("-",) if j.trial is None else (
+            trial_objective(j.trial.metric, j.trial.objective, j.trial.pruned_step),)
+        rows.append((j.id, j.tenant, j.name, j.spec.kind, j.state.value, or_dash(j.workers),
+                     f"{j.step}/{j.spec.train.steps}",  # a prepare job's steps: its files
+                     number(j.latest_loss), *objective,
+                     ",".join(f"{k}={v}" for k, v in sorted(j.labels.items())) or "-",
+                     when(j.created_at)))
+    return header, rows
 
 
 def label(
@@ -102,20 +124,34 @@ def label(
 ) -> None:
     """Set labels on a job (key=value; the others kept), remove some (--remove KEY), or
     set its note (--note); prints the job's labels and note."""
-    try:
-        given = dict(parse_label(text) for text in labels or ())
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="LABELS") from None
+    given = labels_given(labels)
     with connect(url, key) as client:
         job = client.get(job_id)
-        kept = {k: v for k, v in job.labels.items() if k not in set(remove or ())}
-        changed = {**kept, **given}
-        job = client.update(job_id, labels=None if changed == job.labels else changed,
+        job = client.update(job_id, labels=relabelled(job.labels, given, remove),
                             **({} if note is None else {"note": note or None}))
-    for name, value in sorted(job.labels.items()):
+    say_labels(job.labels, job.note)
+
+
+def labels_given(texts: list[str] | None) -> dict[str, str]:
+    """`key=value` arguments as labels (a bad one: the command's usage error)."""
+    try:
+        return dict(parse_label(text) for text in texts or ())
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="LABELS") from None
+
+
+def relabelled(current: dict[str, str], given: dict[str, str],
+               remove: list[str] | None) -> dict[str, str] | None:
+    """The labels after setting `given` and removing `remove`'s keys; None where unchanged."""
+    changed = {**{k: v for k, v in current.items() if k not in set(remove or ())}, **given}
+    return None if changed == current else changed
+
+
+def say_labels(labels: dict[str, str], note: str | None) -> None:
+    for name, value in sorted(labels.items()):
         typer.echo(f"{name}={value}")
-    if job.note:
-        typer.echo(f"note: {job.note}")
+    if note:
+        typer.echo(f"note: {note}")
 
 
 def get(job_id: JobId, output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:

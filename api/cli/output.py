@@ -63,3 +63,15 @@ def or_dash(value) -> str:
 
 def when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}"
+
+
+def number(value: float | None) -> str:
+    """A loss or an objective for reading: 4 significant digits, '-' for none."""
+    return "-" if value is None else f"{value:.4g}"
+
+
+def trial_objective(metric: str, objective: float | None, pruned_step: int | None) -> str:
+    """A sweep trial's objective named as its sweep shows it: `loss 3.667`, or a
+    pruned trial's `loss 3.667 (at pruning step 16)`, the value it was pruned on."""
+    at = "" if pruned_step is None else f" (at pruning step {pruned_step})"
+    return f"{metric} {number(objective)}{at}"

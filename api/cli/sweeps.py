@@ -10,7 +10,17 @@ from typing import Annotated
 import typer
 import yaml
 
-from api.cli.output import Output, OutputFormat, emit, or_dash, plain, print_table, when
+from api.cli.jobs import labels_given, relabelled, say_labels
+from api.cli.output import (
+    Output,
+    OutputFormat,
+    emit,
+    number,
+    or_dash,
+    plain,
+    print_table,
+    when,
+)
 from api.cli.remote import Key, Url, connect, load_spec
 from api.cli.spec_file import FileOption, SpecArgument, SubmitCommand, spec_path
 from api.client import BrigadeClient
@@ -75,8 +85,8 @@ def status(sweep_id: SweepId, output: Output = OutputFormat.table, url: Url = No
             typer.echo(line)
     typer.echo(f"objective: {_objective(found)}; a pruned trial's, the value it was pruned on")
     print_table(("TRIAL", "JOB", "STATE", "STEP", "OBJECTIVE", "PRUNED AT", "LAST LOSS", "PARAMS"),
-                [(t.number, or_dash(t.job), t.state.value, or_dash(t.step), _number(t.objective),
-                  or_dash(t.pruned_step), _number(t.last_loss), _params(t.params))
+                [(t.number, or_dash(t.job), t.state.value, or_dash(t.step), number(t.objective),
+                  or_dash(t.pruned_step), number(t.last_loss), _params(t.params))
                  for t in found.trials])
     for t in found.trials:
         if t.error:
@@ -84,7 +94,7 @@ def status(sweep_id: SweepId, output: Output = OutputFormat.table, url: Url = No
     best = found.best
     typer.echo("best: -" if best is None else
                f"best: trial {best.number}, job {or_dash(best.job)}, "
-               f"{found.objective.metric} {_number(best.objective)}: {_params(best.params)}")
+               f"{found.objective.metric} {number(best.objective)}: {_params(best.params)}")
 
 
 @sweep.command()
@@ -112,21 +122,45 @@ def best(sweep_id: SweepId, output: Output = OutputFormat.yaml, url: Url = None,
 def list_sweeps(
     state: Annotated[list[str] | None, typer.Option(help="only sweeps in this state (repeatable)")] = None,
     tenant: Annotated[str | None, typer.Option(help="the admin: only this tenant's sweeps")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        help="only sweeps labelled key=value (repeatable: every one)")] = None,
     limit: int = 50,
     output: Output = OutputFormat.table,
     url: Url = None,
     key: Key = None,
 ) -> None:
     """List sweeps, newest first (the admin: every tenant's): state, trials
-    by state, the best objective."""
+    by state, the best objective, labels."""
     with connect(url, key) as client:
-        page = client.sweeps(state=state, limit=limit, tenant=tenant)
+        page = client.sweeps(state=state, limit=limit, tenant=tenant, label=label)
     emit(page, output, lambda: (
-        ("ID", "TENANT", "NAME", "STATE", "TRIALS", "OBJECTIVE", "BEST", "CREATED"),
+        ("ID", "TENANT", "NAME", "STATE", "TRIALS", "OBJECTIVE", "BEST", "LABELS", "CREATED"),
         [(s.id, s.tenant, s.name, s.state.value, f"{s.counts.total}/{s.spec.trial_budget}",
           f"{s.objective.metric} ({s.objective.mode})",
-          "-" if s.best is None else _number(s.best.objective), when(s.created_at))
+          "-" if s.best is None else number(s.best.objective),
+          ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-", when(s.created_at))
          for s in page.sweeps]))
+
+
+@sweep.command("label")
+def label_sweep(
+    sweep_id: SweepId,
+    labels: Annotated[list[str] | None, typer.Argument(help="key=value to set")] = None,
+    remove: Annotated[list[str] | None, typer.Option(help="a label's key to remove (repeatable)")] = None,
+    note: Annotated[str | None, typer.Option(help="the sweep's note ('' removes it)")] = None,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Set labels on a sweep (key=value; the others kept), remove some (--remove
+    KEY), or set its note (--note); prints its labels and note. The trials it
+    makes from then on carry them; those made already keep theirs (`brigade
+    label` changes a job's)."""
+    given = labels_given(labels)
+    with connect(url, key) as client:
+        found = client.sweep(sweep_id)
+        found = client.update_sweep(sweep_id, labels=relabelled(found.labels, given, remove),
+                                    **({} if note is None else {"note": note or None}))
+    say_labels(found.labels, found.note)
 
 
 @sweep.command()
@@ -181,11 +215,11 @@ def _trial_line(trial: TrialPublic, metric: str) -> str:
     if trial.step is not None:
         parts.append(f"step {trial.step}")
     if trial.pruned_step is not None:
-        parts.append(f"pruned at step {trial.pruned_step} on objective {_number(trial.objective)}")
+        parts.append(f"pruned at step {trial.pruned_step} on objective {number(trial.objective)}")
     elif trial.objective is not None:
-        parts.append(f"objective {_number(trial.objective)}")
+        parts.append(f"objective {number(trial.objective)}")
     if trial.last_loss is not None and trial.last_loss != trial.objective:
-        parts.append(f"last loss {_number(trial.last_loss)}")
+        parts.append(f"last loss {number(trial.last_loss)}")
     if trial.error:
         parts.append(f"error: {trial.error}")
     return "  ".join(parts)
@@ -196,7 +230,7 @@ def _end_with(found: SweepPublic) -> None:
     best = found.best
     if best is not None:
         typer.echo(f"best: trial {best.number}, job {or_dash(best.job)}, "
-                   f"{found.objective.metric} {_number(best.objective)}: {_params(best.params)}",
+                   f"{found.objective.metric} {number(best.objective)}: {_params(best.params)}",
                    err=True)
     typer.echo(f"sweep {found.id}: {found.state.value}" + (f": {found.error}" if found.error else ""),
                err=True)
@@ -208,10 +242,6 @@ def _counted(counts) -> str:
     return ", ".join(shown) or "none yet"
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
 def _params(params: dict) -> str:
-    return " ".join(f"{name}={_number(v) if isinstance(v, float) else v}"
+    return " ".join(f"{name}={number(v) if isinstance(v, float) else v}"
                     for name, v in params.items())

@@ -30,6 +30,19 @@ class CheckpointRef(Public):
     world_size: int
 
 
+class JobTrialPublic(Public):
+    """A sweep's trial, on its job: its objective as the sweep shows it
+    (`GET /v1/sweeps/{id}`'s trial, `brigade sweep status`)."""
+
+    sweep: str
+    number: int  # the study's trial number: the job is named `{sweep name}-t{number}`
+    metric: str  # what the sweep judges by (`objective.metric`; smoothed as its spec says)
+    # its objective at its newest step; a pruned trial's: at `pruned_step`, the value it was
+    # pruned on, which may differ from the job's `latest_loss` (its ranks' last step)
+    objective: float | None = None
+    pruned_step: int | None = None
+
+
 class JobPublic(Public):
     id: str
     tenant: str  # whose job it is
@@ -57,6 +70,7 @@ class JobPublic(Public):
     # the current labels and note: the spec's as submitted, or as changed since (PATCH)
     labels: dict[str, str] = {}
     note: str | None = None
+    trial: JobTrialPublic | None = None  # a sweep's trial: its objective; None: not a trial
 
 
 class JobUpdate(Request):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from pydantic import BaseModel
 
 from api.schemas.base import Public
+from api.schemas.jobs import JobUpdate
 from service.states import SweepState, TrialState
 from workers.schema.sweep import SweepSpec
 
@@ -85,9 +86,18 @@ class SweepSummary(Public):
     updated_at: datetime | None = None
     finished_at: datetime | None = None
     spec: SweepSpec
+    # the current labels and note: the spec's as submitted, or as changed since (PATCH)
+    labels: dict[str, str] = {}
+    note: str | None = None
     objective: SweepObjective
     counts: TrialCounts
     best: BestTrial | None = None
+
+
+class SweepUpdate(JobUpdate):
+    """`PATCH /v1/sweeps/{id}`: as a job's (`labels` replaces all of them, `note: null`
+    removes it, what is left out is kept). The trials made from then on inherit the new
+    labels over the base's; those made already keep theirs."""
 
 
 class SweepPublic(SweepSummary):

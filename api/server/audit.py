@@ -17,8 +17,8 @@ the tenant it concerns and a few fields of detail (keyword arguments, kept as
 JSON). Only what succeeded is recorded: a refused request changed nothing.
 The admin reads the trail at `GET /v1/audit` (`api.server.routes.audit`).
 
-Actions are named `resource.verb`: job.submit, job.cancel, job.suspend,
-job.resume, job.delete, job.export; sweep.submit, sweep.cancel, sweep.delete;
+Actions are named `resource.verb`: job.submit, job.update, job.cancel, job.suspend,
+job.resume, job.delete, job.export; sweep.submit, sweep.update, sweep.cancel, sweep.delete;
 tenant.create, tenant.update,
 tenant.delete, tenant.rotate_key; data.upload, data.delete; node.drain; flavor.put, flavor.delete.
 """

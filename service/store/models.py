@@ -30,6 +30,7 @@ from service.store.records import (
     AuditRecord,
     EventRecord,
     JobRecord,
+    JobTrial,
     LogRecord,
     TenantRecord,
 )
@@ -157,10 +158,10 @@ def job_row_columns() -> list:
             for c in Job.__table__.c]
 
 
-def job_row_record(row: Any) -> JobRecord:
+def job_row_record(row: Any, trial: JobTrial | None = None) -> JobRecord:
     """The record of a row of `JOB_ROW` (the API's reads: no ORM object, the
     spec's JSON decoded once per job, columns by position; ~4 us a row where
-    an ORM object costs ~30)."""
+    an ORM object costs ~30), with its trial where it is a sweep's."""
     (id_, tenant, name, state, spec, priority, workers, requested_workers, step, restarts,
      preemptions, checkpoint_step, checkpoint_world_size, attempt, error, idempotency_key,
      created_at, started_at, finished_at, updated_at, latest_loss, sweep, recoveries,
@@ -176,7 +177,7 @@ def job_row_record(row: Any) -> JobRecord:
         idempotency_key=idempotency_key, created_at=created_at, started_at=started_at,
         finished_at=finished_at, updated_at=updated_at, latest_loss=latest_loss, sweep=sweep,
         recoveries=recoveries, failures_since_progress=failures_since_progress,
-        labels=_labels(labels), note=note,
+        labels=stored_labels(labels), note=note, trial=trial,
     )
 
 
@@ -194,12 +195,12 @@ def job_record(job: Any) -> JobRecord:
         error=job.error, idempotency_key=job.idempotency_key, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, updated_at=job.updated_at,
         latest_loss=job.latest_loss, sweep=job.sweep, recoveries=job.recoveries,
-        failures_since_progress=job.failures_since_progress, labels=_labels(job.labels),
+        failures_since_progress=job.failures_since_progress, labels=stored_labels(job.labels),
         note=job.note,
     )
 
 
-def _labels(stored: Any) -> dict[str, str]:
+def stored_labels(stored: Any) -> dict[str, str]:
     """The stored labels (JSON text where the driver leaves it so, NULL for none) as a dict."""
     if isinstance(stored, str):
         stored = json.loads(stored)
@@ -382,6 +383,10 @@ class Sweep(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # `key: value` pairs lists filter on and later trials inherit, and free text (0013): set
+    # at submit from the spec, changed by PATCH
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    note: Mapped[str | None] = mapped_column(Text)
 
 
 class SweepTrial(Base):

@@ -79,6 +79,20 @@ STORED_SPECS = _StoredSpecs()
 
 
 @dataclass(frozen=True)
+class JobTrial:
+    """What a sweep's trial is, on its job's record: its sweep, its number,
+    and its objective as the sweep shows it (`sweep_trials`: the value it is
+    judged by at its newest step; a pruned trial's at `pruned_step`, the value
+    it was pruned on), so a job's view and its sweep's agree."""
+
+    sweep: str
+    number: int
+    metric: str  # the sweep's objective metric (`objective.metric`)
+    objective: float | None
+    pruned_step: int | None
+
+
+@dataclass(frozen=True)
 class JobRecord:
     id: str
     tenant: str
@@ -106,6 +120,8 @@ class JobRecord:
     # the current labels and note (workers/schema/labels.py): the spec's as submitted, or as changed
     labels: dict[str, str] = field(default_factory=dict)
     note: str | None = None
+    # a sweep's trial: its objective as the sweep has it (the API's reads; None from a write)
+    trial: JobTrial | None = None
 
     @cached_property
     def spec(self) -> JobSpec:

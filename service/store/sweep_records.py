@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,10 @@ class SweepRecord:
     updated_at: datetime
     finished_at: datetime | None
     idempotency_key: str | None = None
+    # the current labels and note (workers/schema/labels.py): the spec's as submitted, or as
+    # changed since (PATCH); the trials made from then on inherit these labels
+    labels: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
 
 
 @dataclass(frozen=True)

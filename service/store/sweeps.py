@@ -20,11 +20,13 @@ from sqlalchemy.exc import IntegrityError
 
 from service.states import LIVE_SWEEP, SweepState, TrialState
 from service.store.engine import Fence, transaction, write_transaction
-from service.store.models import Sweep, SweepTrial, utcnow
+from service.store.errors import SweepNotFound
+from service.store.models import Job, Sweep, SweepTrial, stored_labels, utcnow
 from service.store.sweep_records import PARSED_SWEEP_SPECS, SweepRecord, SweepTrialRecord
 from workers.schema.sweep import SweepSpec
 
 _TRIAL_FIELDS = frozenset({"job_id", "state", "objective", "pruned_step", "error"})
+_SHOWN_ON_JOB = frozenset({"job_id", "objective", "pruned_step"})  # a job's `trial` (JobTrial)
 
 
 def new_sweep_id() -> str:
@@ -36,7 +38,7 @@ def sweep_record(row: Sweep) -> SweepRecord:
         id=row.id, tenant=row.tenant, name=row.name, state=SweepState(row.state),
         spec=PARSED_SWEEP_SPECS.parse(row.id, row.spec), study=row.study, error=row.error,
         created_at=row.created_at, updated_at=row.updated_at, finished_at=row.finished_at,
-        idempotency_key=row.idempotency_key,
+        idempotency_key=row.idempotency_key, labels=stored_labels(row.labels), note=row.note,
     )
 
 
@@ -72,7 +74,8 @@ class SweepStore:
         sweep_id = new_sweep_id()
         row = Sweep(id=sweep_id, tenant=tenant, name=spec.name, state=SweepState.QUEUED.value,
                     spec=spec.to_json(), study=sweep_id, error=None,
-                    idempotency_key=idempotency_key, created_at=now, updated_at=now)
+                    idempotency_key=idempotency_key, created_at=now, updated_at=now,
+                    labels=spec.labels, note=spec.note)
         try:
             with write_transaction(self._writer, self._fence) as session:
                 session.add(row)
@@ -93,13 +96,17 @@ class SweepStore:
         return self._one(query)
 
     def list(self, *, tenant: str | None, states: Iterable[SweepState | str] | None = None,
-             limit: int = 50, offset: int = 0) -> builtins.list[SweepRecord]:
-        """A tenant's sweeps (None: every tenant's), newest first."""
+             limit: int = 50, offset: int = 0,
+             labels: Iterable[tuple[str, str]] = ()) -> builtins.list[SweepRecord]:
+        """A tenant's sweeps (None: every tenant's), newest first (`labels`: only
+        sweeps with every one of these (key, value), as a job's list filters)."""
         query = select(Sweep)
         if tenant is not None:
             query = query.where(Sweep.tenant == tenant)
         if states is not None:
             query = query.where(Sweep.state.in_([SweepState(s).value for s in states]))
+        for key, value in labels:  # the JSON column's member: json_extract (SQLite), ->> (Postgres)
+            query = query.where(Sweep.labels[key].as_string() == value)
         query = query.order_by(Sweep.created_at.desc(), Sweep.id.desc()).limit(limit).offset(offset)
         with transaction(self._reader) as session:
             return [sweep_record(row) for row in session.scalars(query)]
@@ -132,6 +139,21 @@ class SweepStore:
                 return None
             row = session.get(Sweep, sweep_id, populate_existing=True)
             return None if row is None else sweep_record(row)
+
+    def relabel(self, sweep_id: str, **fields: Any) -> SweepRecord:
+        """Set the sweep's `labels` (all of them) and/or its `note` (None: none),
+        whatever its state; `SweepNotFound` if it is gone."""
+        if unknown := set(fields) - {"labels", "note"}:
+            raise ValueError(f"not a label or note: {', '.join(sorted(unknown))}")
+        with write_transaction(self._writer, self._fence) as session:
+            row = session.get(Sweep, sweep_id, with_for_update=True)
+            if row is None:
+                raise SweepNotFound(sweep_id)
+            for name, value in fields.items():
+                setattr(row, name, value)
+            row.updated_at = utcnow()
+            session.flush()
+            return sweep_record(row)
 
     def delete(self, sweep_id: str) -> None:
         """Remove the sweep and its trial rows (its jobs are the caller's)."""
@@ -198,9 +220,15 @@ class SweepStore:
             row = session.get(SweepTrial, (sweep_id, number), with_for_update=True)
             if row is None:
                 raise LookupError(f"no trial {number} of sweep {sweep_id}")
+            shown = {name: getattr(row, name) for name in _SHOWN_ON_JOB}
             for name, value in fields.items():
                 setattr(row, name, value)
             row.updated_at = utcnow()
+            if row.job_id is not None and any(getattr(row, n) != v for n, v in shown.items()):
+                # what the job's view shows changed: a no-op write of its row, so its tenant's
+                # jobs version moves (migration 0006's triggers) and no list page kept stays
+                session.execute(update(Job).where(Job.id == row.job_id).values(sweep=Job.sweep),
+                                execution_options={"synchronize_session": False})
             session.flush()
             return trial_record(row)
 

@@ -192,7 +192,7 @@ class SweepController:
     def _submit(self, sweep: SweepRecord, study, row: SweepTrialRecord) -> SweepTrialRecord:
         """Submit the trial's job (again, after a crash: the same key finds the same job)."""
         try:
-            spec = trial_spec(sweep.spec, row.params, row.number)
+            spec = trial_spec(sweep.spec, row.params, row.number, sweep.labels)
             job, _ = self.jobs.submit(sweep.tenant, spec, idempotency_key(sweep.id, row.number),
                                       sweep=sweep.id)
         except QuotaExceeded as error:

@@ -39,7 +39,14 @@ from service.sweeps.controller import REFUSALS, SweepController, TrialJobs, refu
 from service.sweeps.study import Studies
 from workers.cluster.errors import CapacityError
 from workers.schema import JobSpec, SpecError
-from workers.schema.sweep import MAX_TRIALS, Domain, SweepSpec, trial_name, trial_spec
+from workers.schema.sweep import (
+    MAX_TRIALS,
+    Domain,
+    SweepSpec,
+    trial_labels_problem,
+    trial_name,
+    trial_spec,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +95,27 @@ class SweepService:
         return found
 
     def list(self, tenant: str, *, state: str | SweepState | Iterable[str | SweepState] | None = None,
-             limit: int = 50, offset: int = 0) -> builtins.list[SweepRecord]:
-        """The tenant's sweeps (the admin: every tenant's), newest first."""
+             limit: int = 50, offset: int = 0,
+             labels: Iterable[tuple[str, str]] = ()) -> builtins.list[SweepRecord]:
+        """The tenant's sweeps (the admin: every tenant's), newest first; `labels`:
+        only those with every one of these (key, value)."""
         states = [state] if isinstance(state, str | SweepState) else state
         return self.store.sweeps.list(tenant=None if tenant == ADMIN_TENANT else tenant,
-                                      states=states, limit=limit, offset=offset)
+                                      states=states, limit=limit, offset=offset, labels=labels)
+
+    def relabel(self, tenant: str, sweep_id: str, changes: dict[str, Any]) -> SweepRecord:
+        """Set the sweep's `labels` (all of them, replaced) and/or its `note`
+        (None: none), whatever its state. The trials made from then on inherit
+        the new labels; those made already keep theirs (each job's own to
+        change). Labels that, with the base's, would be too many for a trial
+        are a SpecError at `labels`, as at submit."""
+        sweep = self.get(tenant, sweep_id)
+        if unknown := set(changes) - {"labels", "note"}:
+            raise TypeError(f"not a label or note: {', '.join(sorted(unknown))}")
+        if "labels" in changes and (problem := trial_labels_problem(sweep.spec.base,
+                                                                     changes["labels"])):
+            raise SpecError("labels", problem)
+        return self.store.sweeps.relabel(sweep.id, **changes)
 
     def trials(self, tenant: str, sweep_id: str) -> builtins.list[SweepTrialRecord]:
         return self.store.sweeps.trials(self.get(tenant, sweep_id).id)
@@ -112,6 +135,7 @@ class SweepService:
             "error": sweep.error, "waiting": self.controller.waiting.get(sweep.id),
             "created_at": sweep.created_at, "updated_at": sweep.updated_at,
             "finished_at": sweep.finished_at, "spec": sweep.spec.to_json(),
+            "labels": sweep.labels, "note": sweep.note,
             "objective": _objective_json(sweep), "counts": counts,
             "trials": [_trial_json(sweep, t, jobs.get(t.job_id) if t.job_id else None)
                        for t in trials],

@@ -187,3 +187,145 @@ def test_a_sweeps_importance_comes_from_its_finished_trials(served):
                       headers={"Authorization": f"Bearer {keys['team-a']}"}) as team_a:
         none_yet = team_a.get(f"/v1/sweeps/{early.id}/importance").json()
     assert none_yet["importances"] == {} and "needs at least 3" in none_yet["reason"]
+
+
+def test_a_trials_objective_is_one_value_on_every_view(served, monkeypatch, tmp_path):
+    """A pruned and a succeeded trial, their rows written as the controller
+    would: the sweep's API and page, `brigade sweep status`, the jobs list
+    (API and `brigade jobs`) and the compare view (API and page) all show each
+    trial's objective, the pruned one's named with its pruning step, beside
+    the job's last loss where the two differ."""
+    from typer.testing import CliRunner
+
+    from api.cli.main import app
+    from workers.schema.sweep import SweepSpec, trial_spec
+
+    url, supervisor, keys = served
+    store = supervisor.store
+    spec = SweepSpec.model_validate({
+        "name": "agree", "base": {**SPEC, "name": "agree"}, "sampler": "grid", "max_trials": 2,
+        "space": {"train.lr": {"grid": [0.001, 0.01]}}, "objective": {"metric": "loss"}})
+    sweep, _ = store.sweeps.create(tenant="team-a", spec=spec)
+    # (objective, pruned step, the job's last loss): the pruned one's ranks went on past its
+    # pruning step, to a lower loss; the succeeded one's objective is its last loss
+    made = {0: (3.6665, 16, 3.4001), 1: (3.4232, None, 3.4232)}
+    jobs = {}
+    for number, (objective, pruned_step, last_loss) in made.items():
+        store.sweeps.add_trial(sweep.id, number, {"train.lr": (0.001, 0.01)[number]})
+        job, _ = store.create_job(tenant="team-a", name=f"agree-t{number}", sweep=sweep.id,
+                                  spec=trial_spec(spec, {"train.lr": (0.001, 0.01)[number]}, number))
+        store.update_job(job.id, latest_loss=last_loss, step=10)
+        store.sweeps.update_trial(sweep.id, number, job_id=job.id,
+                                  state="PRUNED" if pruned_step else "SUCCEEDED",
+                                  objective=objective, pruned_step=pruned_step)
+        jobs[number] = job.id
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {keys['team-a']}"}) as api:
+        trials = {t["number"]: t for t in api.get(f"/v1/sweeps/{sweep.id}").json()["trials"]}
+        listed = {j["id"]: j for j in api.get("/v1/jobs", params={"sweep": sweep.id}).json()["items"]}
+        one = {n: api.get(f"/v1/jobs/{job}").json() for n, job in jobs.items()}
+        # a trial's objective written later shows on the list's kept page at once
+        store.sweeps.update_trial(sweep.id, 1, objective=3.5)
+        again = api.get("/v1/jobs", params={"sweep": sweep.id}).json()["items"]
+        assert {j["trial"]["objective"] for j in again} == {3.6665, 3.5}
+        store.sweeps.update_trial(sweep.id, 1, objective=3.4232)
+    for number, (objective, pruned_step, last_loss) in made.items():
+        trial = trials[number]
+        assert (trial["objective"], trial["pruned_step"], trial["last_loss"]) == (
+            objective, pruned_step, last_loss)
+        shown = {"sweep": sweep.id, "number": number, "metric": "loss", "objective": objective,
+                 "pruned_step": pruned_step}
+        for job in (listed[jobs[number]], one[number]):  # the jobs list's and the compare view's
+            assert job["trial"] == shown and job["latest_loss"] == last_loss
+
+    with _browser(url, keys["team-a"]) as team_a:
+        compare = team_a.get(f"/compare?jobs={jobs[0]},{jobs[1]}").text
+        page = team_a.get(f"/sweeps/{sweep.id}").text
+    cells = dict(re.findall(r'<tr data-job-id="([^"]+)".*?<td class="num objective">(.*?)</td>',
+                            compare, re.S))
+    assert ">3.6665</span>" in cells[jobs[0]] and "at pruning step 16" in cells[jobs[0]]
+    assert ">3.4232</span>" in cells[jobs[1]] and "pruning" not in cells[jobs[1]]
+    assert '<td class="num objective">3.6665</td>' in page and "at step 16" in page
+    assert '<td class="num hide-narrow last-loss">3.4001</td>' in page
+
+    monkeypatch.chdir(tmp_path)
+    env = {"BRIGADE_URL": url, "BRIGADE_API_KEY": keys["team-a"], "BRIGADE_ADMIN_KEY": None}
+    runner = CliRunner()
+    status = runner.invoke(app, ["sweep", "status", sweep.id], env=env)
+    listing = runner.invoke(app, ["jobs", "--sweep", sweep.id], env=env)
+    assert status.exit_code == 0 and listing.exit_code == 0, status.output + listing.output
+    header, *rows = listing.stdout.splitlines()
+    assert header.split()[7:9] == ["LOSS", "OBJECTIVE"]
+    by_job = {row.split()[0]: re.split(r"\s{2,}", row) for row in rows}  # cells: 2+ spaces apart
+    assert by_job[jobs[0]][7:9] == ["3.4", "loss 3.667 (at pruning step 16)"]  # LOSS, OBJECTIVE
+    assert by_job[jobs[1]][7:9] == ["3.423", "loss 3.423"]
+    trial_rows = {line.split()[0]: line.split() for line in status.stdout.splitlines()
+                  if line.split() and line.split()[0] in ("0", "1")}
+    assert trial_rows["0"][4:7] == ["3.667", "16", "3.4"]  # OBJECTIVE, PRUNED AT, LAST LOSS
+    assert trial_rows["1"][4:7] == ["3.423", "-", "3.423"]
+
+
+def test_a_sweeps_labels_and_note_are_changed_and_filter_its_list(served, monkeypatch, tmp_path):
+    """`PATCH /v1/sweeps/{id}` `{labels, note}` as a job's, `GET /v1/sweeps?label=`,
+    `brigade sweep label` and `brigade sweep list --label`, and the sweep's page."""
+    from typer.testing import CliRunner
+
+    from api.cli.main import app
+    from workers.schema.sweep import SweepSpec
+
+    url, supervisor, keys = served
+    store = supervisor.store
+    spec = SweepSpec.model_validate({
+        "name": "tagged", "base": {**SPEC, "name": "tagged", "labels": {"team": "nlp"}},
+        "sampler": "grid", "max_trials": 2, "space": {"train.lr": {"grid": [0.001, 0.01]}},
+        "objective": {"metric": "loss"}, "labels": {"study": "lr"}})
+    sweep, _ = store.sweeps.create(tenant="team-a", spec=spec)
+    other, _ = store.sweeps.create(tenant="team-a", spec=spec.model_copy(update={"labels": {}}))
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {keys['team-a']}"}) as api, \
+            httpx.Client(base_url=url, timeout=10,
+                         headers={"Authorization": f"Bearer {keys['team-b']}"}) as team_b:
+        shown = api.get(f"/v1/sweeps/{sweep.id}").json()
+        assert (shown["labels"], shown["note"]) == ({"study": "lr"}, None)
+        listed = api.get("/v1/sweeps", params={"label": "study=lr"}).json()["sweeps"]
+        assert [s["id"] for s in listed] == [sweep.id]
+
+        changed = api.patch(f"/v1/sweeps/{sweep.id}", json={"labels": {"study": "lr", "verdict": "ok"},
+                                                            "note": "TPE beat random"})
+        assert changed.status_code == 200, changed.text
+        assert (changed.json()["labels"], changed.json()["note"]) == (
+            {"study": "lr", "verdict": "ok"}, "TPE beat random")
+        assert changed.json()["spec"]["labels"] == {"study": "lr"}  # the spec as submitted
+        kept = api.patch(f"/v1/sweeps/{sweep.id}", json={"note": None}).json()
+        assert (kept["labels"], kept["note"]) == ({"study": "lr", "verdict": "ok"}, None)
+        both = api.get("/v1/sweeps", params=[("label", "study=lr"), ("label", "verdict=ok")]).json()
+        assert [s["id"] for s in both["sweeps"]] == [sweep.id]
+
+        for body, field in (({}, "body"), ({"labels": {"bad key": "x"}}, "labels"),
+                            ({"labels": {f"k{i}": "v" for i in range(16)}}, "labels"),
+                            ({"note": "x", "other": 1}, "other")):
+            refused = api.patch(f"/v1/sweeps/{sweep.id}", json=body)
+            assert refused.status_code == 422 and field in refused.text, (body, refused.text)
+        assert "17 labels" in api.patch(f"/v1/sweeps/{sweep.id}", json={
+            "labels": {f"k{i}": "v" for i in range(16)}}).json()["error"]["message"]
+        assert api.get("/v1/sweeps", params={"label": "nokey"}).status_code == 422
+        assert team_b.patch(f"/v1/sweeps/{sweep.id}", json={"note": "x"}).status_code == 404
+
+    with _browser(url, keys["team-a"]) as team_a:
+        page = team_a.get(f"/sweeps/{sweep.id}").text
+    assert 'id="sweep-labels"' in page and "verdict" in page
+
+    monkeypatch.chdir(tmp_path)
+    env = {"BRIGADE_URL": url, "BRIGADE_API_KEY": keys["team-a"], "BRIGADE_ADMIN_KEY": None}
+    runner = CliRunner()
+    labelled = runner.invoke(app, ["sweep", "label", other.id, "stage=dev", "--note", "a baseline"],
+                             env=env)
+    assert labelled.exit_code == 0, labelled.output
+    assert labelled.stdout.splitlines() == ["stage=dev", "note: a baseline"]
+    removed = runner.invoke(app, ["sweep", "label", sweep.id, "--remove", "verdict"], env=env)
+    assert removed.stdout.splitlines() == ["study=lr"]
+    listing = runner.invoke(app, ["sweep", "list", "--label", "stage=dev"], env=env)
+    assert listing.exit_code == 0, listing.output
+    header, *rows = listing.stdout.splitlines()
+    assert "LABELS" in header.split() and [r.split()[0] for r in rows] == [other.id]
+    assert "stage=dev" in rows[0]

@@ -285,6 +285,10 @@ def test_trials_ticked_on_the_sweep_page_open_overlaid_in_the_compare_view(serve
     assert lr_row == [str(TRIALS[n][0]) for n in (0, 1, 3)], lr_row
     assert d.execute_script("return document.getElementById('spec-diff').getBoundingClientRect().top"
                             " < document.getElementById('chart-loss').getBoundingClientRect().top")
+    # the pruned trial's objective as its sweep page shows it, named with its pruning step
+    pruned = f"#compared tr[data-job-id='{jobs[3]}'] .objective"
+    assert text_of(browser, pruned).split("\n") == [f"{_curve(TRIALS[3][2], 22)[19]['eval_loss']:.4f}",
+                                                    "at pruning step 20"]
     _shot(browser, "compare.png")
     clean(browser, live)
 
@@ -333,6 +337,12 @@ def test_the_jobs_list_ticks_jobs_into_the_compare_view(served, browser):
         wait_for("the row", lambda b=box: d.find_elements(By.CSS_SELECTOR, b))
         d.find_element(By.CSS_SELECTOR, box).click()
     assert text_of(browser, "#compare-count") == "2 ticked"
+    # a trial's objective as its sweep page shows it (the pruned one's at its pruning step)
+    assert text_of(browser, f"tr[data-job-id='{jobs[3]}'] .objective").split("\n") == [
+        f"{_curve(TRIALS[3][2], 22)[19]['eval_loss']:.4f}", "at pruning step 20"]
+    assert text_of(browser, f"tr[data-job-id='{jobs[0]}'] .objective") == \
+        f"{_curve(TRIALS[0][2], 60)[59]['eval_loss']:.4f}"
+    _shot(browser, "jobs-objective.png")
 
     def fits() -> None:  # the ticks take no room the phone's table lacks
         table = d.find_element(By.CSS_SELECTOR, ".table-wrap")
@@ -348,7 +358,7 @@ def test_the_jobs_list_ticks_jobs_into_the_compare_view(served, browser):
 def test_a_trials_labels_are_shown_edited_on_its_page_and_filter_the_jobs_list(served, browser):
     from selenium.webdriver.common.by import By
 
-    live, _, jobs, _ = served
+    live, sweep_id, jobs, _ = served
     d = browser.driver
     d.get(live.url + f"/jobs/{jobs[1]}")
     wait_for("the inherited label", lambda: "study\nlr-grid" in text_of(browser, "#job-labels")
@@ -376,6 +386,24 @@ def test_a_trials_labels_are_shown_edited_on_its_page_and_filter_the_jobs_list(s
     d.get(live.url + "/?label=study%3Dlr-grid")
     wait_for("the sweep's trials", lambda: len(d.find_elements(
         By.CSS_SELECTOR, "#jobs-table tbody tr[data-job-id]")) == 4)
+
+    # the sweep's own, edited on its page as a job's are
+    d.get(live.url + f"/sweeps/{sweep_id}")
+    wait_for("the sweep's label", lambda: "studylr-grid" in text_of(browser, "#sweep-labels").replace("\n", ""))
+    d.find_element(By.CSS_SELECTOR, "#edit-labels summary").click()
+    labels = d.find_element(By.ID, "labels-input")
+    assert labels.get_attribute("value") == "study=lr-grid"
+    labels.send_keys("\nverdict=lr 3e-3 wins")
+    d.find_element(By.ID, "note-input").send_keys("Grid over lr and heads.")
+    d.find_element(By.ID, "save-labels").click()
+    wait_for("saved", lambda: text_of(browser, "#labels-result") == "saved")
+    sweep = httpx.get(f"{live.url}/v1/sweeps/{sweep_id}", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                      timeout=10).json()
+    assert (sweep["labels"], sweep["note"]) == ({"study": "lr-grid", "verdict": "lr 3e-3 wins"},
+                                                "Grid over lr and heads.")
+    assert len(d.find_elements(By.CSS_SELECTOR, "#sweep-labels a.label-chip")) == 2
+    assert text_of(browser, "#sweep-note") == "Grid over lr and heads."
+    _shot(browser, "sweep-labels.png")
     clean(browser, live)
 
 

@@ -1,9 +1,10 @@
 """Labels and a note on a run: `labels` is at most MAX_LABELS `key: value`
 pairs, both short strings (a key as a name: letters, digits, `.`, `_`, `-`;
 a value printable, one line), which lists filter on (`GET
-/v1/jobs?label=team=nlp`); `note` free text. A job's are set at submit (a
-sweep's trials inherit the sweep's) and may be changed after
-(`PATCH /v1/jobs/{id}`): the job's record holds the current ones."""
+/v1/jobs?label=team=nlp`, `GET /v1/sweeps?label=...`); `note` free text. A
+job's and a sweep's are set at submit (a sweep's trials inherit the sweep's)
+and may be changed after (`PATCH /v1/jobs/{id}`, `PATCH /v1/sweeps/{id}`):
+the record holds the current ones."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, Stric
 
 from workers.schema.base import _members, _Section, refusal
 from workers.schema.job import JobSpec
-from workers.schema.labels import MAX_LABELS, Labels
+from workers.schema.labels import MAX_LABELS, Labels, Note
 from workers.schema.training import JobIds
 
 MAX_TRIALS = 10_000
@@ -124,7 +124,10 @@ class SweepSpec(_Section):
     pruner_options: PrunerOptions = Field(default_factory=PrunerOptions)
     # jobs of the tenant that must succeed before the first trial starts
     after: JobIds = []
-    labels: Labels = Field(default_factory=dict)  # each trial's, over the base's (workers/schema/labels.py)
+    # each trial's, over the base's (workers/schema/labels.py); the sweep's own too, which
+    # `GET /v1/sweeps?label=` filters on and `PATCH /v1/sweeps/{id}` changes with its note
+    labels: Labels = Field(default_factory=dict)
+    note: Note | None = None  # the sweep's (a trial's is the base's)
 
     @model_validator(mode="after")
     def _searchable(self) -> SweepSpec:
@@ -138,9 +141,8 @@ class SweepSpec(_Section):
                                                     PRUNER_READS[self.pruner]):
             raise refusal(f"pruner_options.{unread}", f"pruner_options.{unread} is not read by "
                           f"pruner {self.pruner!r}")
-        if len(merged := {**self.base.labels, **self.labels}) > MAX_LABELS:
-            raise refusal("labels", f"labels: the trials would have {len(merged)} labels, the "
-                          f"base's and the sweep's together (at most {MAX_LABELS})")
+        if problem := trial_labels_problem(self.base, self.labels):
+            raise refusal("labels", problem)
         return self
 
     @property
@@ -184,15 +186,26 @@ def field_problem(path: str) -> str | None:
     return None
 
 
+def trial_labels_problem(base: JobSpec, labels: dict[str, str]) -> str | None:
+    """Why a sweep's `labels` cannot be its trials' (the base's merged under them
+    would be too many); None if they can."""
+    if len(merged := {**base.labels, **labels}) > MAX_LABELS:
+        return (f"labels: the trials would have {len(merged)} labels, the base's and the "
+                f"sweep's together (at most {MAX_LABELS})")
+    return None
+
+
 def trial_name(sweep_name: str, number: int) -> str:
     """The job name of a sweep's trial `number`."""
     return f"{sweep_name}-t{number}"
 
 
-def trial_spec(sweep: SweepSpec, params: dict[str, Any], number: int) -> JobSpec:
-    """The base spec with each dotted field of `params` set and the trial's
-    name; pydantic's ValidationError (located in the job spec) for a point
-    that makes it invalid."""
+def trial_spec(sweep: SweepSpec, params: dict[str, Any], number: int,
+               labels: dict[str, str] | None = None) -> JobSpec:
+    """The base spec with each dotted field of `params` set, the trial's name
+    and the sweep's labels over the base's (`labels`: the sweep's as changed
+    since its submit; None: its spec's); pydantic's ValidationError (located
+    in the job spec) for a point that makes it invalid."""
     raw = sweep.base.model_dump(mode="json", by_alias=True, exclude_unset=True)
     for path, value in params.items():
         *parents, leaf = path.split(".")
@@ -204,6 +217,7 @@ def trial_spec(sweep: SweepSpec, params: dict[str, Any], number: int) -> JobSpec
             node = child
         node[leaf] = value
     raw["name"] = trial_name(sweep.name, number)
-    if sweep.labels:  # the trials inherit the sweep's labels
-        raw["labels"] = {**raw.get("labels", {}), **sweep.labels}
+    inherited = sweep.labels if labels is None else labels
+    if inherited:  # the trials inherit the sweep's labels
+        raw["labels"] = {**raw.get("labels", {}), **inherited}
     return JobSpec.model_validate(raw)

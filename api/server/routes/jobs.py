@@ -39,6 +39,7 @@ from api.server.job_json import PageQuery
 from api.server.responses import json_of
 from api.server.state_filter import DESCRIPTION, JobStates, parse_state_filter
 from service.states import JobState
+from service.store import JobRecord, JobStore
 from service.store.tenants import ADMIN_TENANT
 from workers.schema.labels import MAX_LABELS, Labels, parse_label
 
@@ -118,7 +119,7 @@ async def get_job(job: OwnedJob, views: ViewsDep) -> Response:
 
 @router.patch("/{job_id}", response_model=JobPublic)
 def update_job(job: OwnedJob, tenant: CurrentTenant, jobs: JobRequestsDep, audit: Audit,
-               body: JobUpdate) -> JobPublic:
+               store: StoreDep, body: JobUpdate) -> JobPublic:
     """Change the job's labels (all of them: `{}` removes them) and/or its note
     (`null` removes it), in any state; what is left out is kept."""
     changes = body.model_dump(include=body.model_fields_set)
@@ -127,15 +128,15 @@ def update_job(job: OwnedJob, tenant: CurrentTenant, jobs: JobRequestsDep, audit
     updated = jobs.relabel(tenant, job.id, changes)
     audit("job.update", target=job.id, tenant=job.tenant, **{
         name: {"from": getattr(job, name), "to": getattr(updated, name)} for name in changes})
-    return JobPublic.model_validate(updated)
+    return answered(store, updated)
 
 
 @router.post("/{job_id}/cancel")
 def cancel_job(job: OwnedJob, tenant: CurrentTenant, jobs: JobRequestsDep,
-               audit: Audit) -> JobPublic:
+               audit: Audit, store: StoreDep) -> JobPublic:
     cancelled = jobs.cancel(tenant, job.id)
     audit("job.cancel", target=job.id, tenant=job.tenant, state=cancelled.state.value)
-    return JobPublic.model_validate(cancelled)
+    return answered(store, cancelled)
 
 
 @router.delete("/{job_id}", status_code=204, response_class=Response)
@@ -150,11 +151,11 @@ def delete_job(job: OwnedJob, tenant: CurrentTenant, jobs: JobRequestsDep,
 
 @router.post("/{job_id}/suspend")
 def suspend_job(job: OwnedJob, tenant: CurrentTenant, jobs: JobRequestsDep,
-                audit: Audit) -> JobPublic:
+                audit: Audit, store: StoreDep) -> JobPublic:
     """Checkpoint, then stop; the job waits in SUSPENDED until resumed."""
     suspended = jobs.suspend(tenant, job.id)
     audit("job.suspend", target=job.id, tenant=job.tenant, step=suspended.step)
-    return JobPublic.model_validate(suspended)
+    return answered(store, suspended)
 
 
 @router.post("/{job_id}/resume")
@@ -163,6 +164,7 @@ def resume_job(
     tenant: CurrentTenant,
     jobs: JobRequestsDep,
     audit: Audit,
+    store: StoreDep,
     body: Annotated[ResumeRequest | None, Body()] = None,
 ) -> JobPublic:
     """Queue a suspended job again, from its latest checkpoint; optionally at
@@ -170,7 +172,7 @@ def resume_job(
     workers = body.workers if body else None
     resumed = jobs.resume(tenant, job.id, workers)
     audit("job.resume", target=job.id, tenant=job.tenant, workers=workers)
-    return JobPublic.model_validate(resumed)
+    return answered(store, resumed)
 
 
 @router.get("/{job_id}/events")
@@ -206,6 +208,14 @@ def job_workers(job: OwnedJob, tenant: CurrentTenant, views: ViewsDep) -> list[W
 def job_goodput(job: OwnedJob, tenant: CurrentTenant, views: ViewsDep) -> GoodputPublic:
     """Where the job's time since submit went, phase by phase, and its goodput."""
     return GoodputPublic.model_validate(views.goodput(tenant, job.id))
+
+
+def answered(store: JobStore, job: JobRecord) -> JobPublic:
+    """A job a request just wrote, as `GET /v1/jobs/{id}` shows it: a sweep's
+    trial read again for its `trial` (a write's record carries none)."""
+    if job.sweep is not None and job.trial is None:
+        job = store.get_job(job.id) or job
+    return JobPublic.model_validate(job)
 
 
 def listed_tenant(caller: str, asked: str | None) -> str | None:

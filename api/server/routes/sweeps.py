@@ -1,6 +1,7 @@
 """Sweeps: submit one (its trials are jobs of the tenant, run under its quota),
-list them, look at one with its trials and best trial, cancel it (its live
-trials too), delete it (with its trials' jobs).
+list them (by state, by label), look at one with its trials and best trial,
+change its labels and note, cancel it (its live trials too), delete it (with
+its trials' jobs).
 
 Every route reads or writes the database through `SweepsDep`
 (`service.sweeps.service.SweepService`), which is synchronous: the routes are
@@ -20,11 +21,12 @@ from api.schemas.sweeps import (
     SweepPublic,
     SweepsPublic,
     SweepSummary,
+    SweepUpdate,
 )
 from api.server.audit import Audit
 from api.server.deps import CurrentTenant, IdempotencyKey, SweepsDep
-from api.server.errors import not_found
-from api.server.routes.jobs import listed_tenant
+from api.server.errors import ApiError, not_found
+from api.server.routes.jobs import listed_tenant, parse_labels
 from api.server.state_filter import DESCRIPTION, SweepStates, parse_state_filter
 from service.states import SweepState
 from service.store.tenants import ADMIN_TENANT
@@ -80,12 +82,15 @@ def list_sweeps(
     of_tenant: Annotated[str | None, Query(
         alias="tenant", max_length=128,
         description="the admin: only this tenant's sweeps (default: every tenant's)")] = None,
+    label: Annotated[list[str] | None, Query(
+        description="`key=value`, repeated: only sweeps with every one")] = None,
 ) -> SweepsPublic:
     """A tenant's own sweeps, newest first, without their trials; for the
     admin key, every tenant's (or `tenant`'s)."""
     whose = listed_tenant(tenant, of_tenant) or ADMIN_TENANT
     states = parse_state_filter(state, SweepState)
-    records = sweeps.list(whose, state=states, limit=limit, offset=offset)
+    records = sweeps.list(whose, state=states, limit=limit, offset=offset,
+                          labels=parse_labels(label))
     return SweepsPublic(limit=limit, offset=offset, sweeps=[
         SweepSummary.model_validate(sweeps.view(tenant, r.id)) for r in records])
 
@@ -95,6 +100,24 @@ def get_sweep(sweep_id: SweepId, tenant: CurrentTenant, sweeps: SweepsDep) -> Sw
     """A sweep: its state, counts of trials by state, every trial (job, params,
     objective, state, pruned step) and the best one."""
     return SweepPublic.model_validate(sweeps.view(tenant, _known(sweep_id)))
+
+
+@router.patch("/{sweep_id}", response_model=SweepPublic)
+def update_sweep(sweep_id: SweepId, tenant: CurrentTenant, sweeps: SweepsDep, audit: Audit,
+                 body: SweepUpdate) -> SweepPublic:
+    """Change the sweep's labels (all of them: `{}` removes them) and/or its
+    note (`null` removes it), in any state; what is left out is kept. The
+    trials made from then on carry the new labels (over the base's); those
+    made already keep theirs. Labels too many with the base's for a trial are
+    a 422 at `labels`, as at submit."""
+    changes = body.model_dump(include=body.model_fields_set)
+    if not changes:
+        raise ApiError(422, "body: give labels, note or both", "body")
+    before = sweeps.get(tenant, _known(sweep_id))
+    updated = sweeps.relabel(tenant, before.id, changes)
+    audit("sweep.update", target=updated.id, tenant=updated.tenant, **{
+        name: {"from": getattr(before, name), "to": getattr(updated, name)} for name in changes})
+    return SweepPublic.model_validate(sweeps.view(tenant, updated.id))
 
 
 @router.get("/{sweep_id}/importance", response_model=ParamImportancePublic)

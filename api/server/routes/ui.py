@@ -102,9 +102,9 @@ def job_page(request: Request, job_id: str, store: StoreDep) -> Response:
         return _page(request, "not_found.html", session, status=404, page="jobs",
                      what=f"job {job_id[:64]!r}")
     kind = job.spec.kind  # a dataset's preparation shows its files, not a model's curves
+    exports = kind == "train" and _has_route(request, "list_exports", job_id=job.id)
     return _page(request, "job.html", session, page="job", job_id=job.id, job_name=job.name,
-                 kind=kind, has_exports=kind == "train" and _has_route(request, "list_exports",
-                                                                       job_id=job.id))
+                 job_labels=job.labels, job_note=job.note, kind=kind, has_exports=exports)
 
 
 @router.get("/submit")

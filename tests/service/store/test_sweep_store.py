@@ -91,3 +91,87 @@ def test_a_deposed_leaders_sweep_writes_are_refused(store):
     assert store.sweeps.get(sweep.id).state is SweepState.QUEUED
     assert [(t.number, t.state) for t in store.sweeps.trials(sweep.id)] == [(0, TrialState.QUEUED)]
     assert store.sweeps.set_state(sweep.id, SweepState.CANCELLED) is not None  # the API's write
+
+
+def test_a_trials_job_is_read_with_its_trial_and_its_list_moves_with_it(store):
+    """A job that is a trial carries the trial's number and objective as the
+    sweep has them (`JobRecord.trial`), in one job's read and in a page; a
+    trial's objective written is a change of its tenant's jobs (a kept page
+    of the list is read again)."""
+    from workers.schema.sweep import trial_spec
+
+    sweep, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    jobs = []
+    for number in (0, 1):
+        store.sweeps.add_trial(sweep.id, number, {"train.lr": 0.01})
+        job, _ = store.create_job(tenant="acme", name=f"lr-t{number}", sweep=sweep.id,
+                                  spec=trial_spec(SPEC, {"train.lr": 0.01}, number))
+        jobs.append(job)
+    plain, _ = store.create_job(tenant="acme", name="plain", spec=SPEC.base)
+    assert store.get_job(jobs[0].id).trial is None  # no job recorded on the trial yet
+
+    before = store.reads.jobs_version("acme")
+    store.sweeps.update_trial(sweep.id, 0, job_id=jobs[0].id)
+    store.sweeps.update_trial(sweep.id, 1, job_id=jobs[1].id)
+    assert store.reads.jobs_version("acme") > before
+    before = store.reads.jobs_version("acme")
+    store.sweeps.update_trial(sweep.id, 1, state=TrialState.PRUNED, objective=3.6665, pruned_step=16)
+    assert store.reads.jobs_version("acme") > before
+    before = store.reads.jobs_version("acme")
+    store.sweeps.update_trial(sweep.id, 1, state=TrialState.PRUNED)  # nothing a job shows
+    assert store.reads.jobs_version("acme") == before
+
+    pruned = store.get_job(jobs[1].id).trial
+    assert (pruned.sweep, pruned.number, pruned.metric, pruned.objective, pruned.pruned_step) == (
+        sweep.id, 1, "loss", 3.6665, 16)
+    listed = {j.name: j.trial for j in store.list_jobs(tenant="acme")[0]}
+    assert listed["lr-t1"] == pruned and listed["plain"] is None
+    assert (listed["lr-t0"].number, listed["lr-t0"].objective) == (0, None)
+    assert store.get_job(plain.id).trial is None
+    assert store.list_jobs(tenant="acme", sweep=sweep.id)[1] == 2
+
+
+def test_a_sweeps_labels_and_note_come_from_its_spec_change_and_filter_its_list(store):
+    from service.store.errors import SweepNotFound
+
+    labelled = SPEC.model_copy(update={"labels": {"team": "nlp", "exp.id": "x=1"}, "note": "first"})
+    a, _ = store.sweeps.create(tenant="acme", spec=labelled)
+    b, _ = store.sweeps.create(tenant="acme", spec=SPEC.model_copy(update={"labels": {"team": "nlp"}}))
+    c, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    theirs, _ = store.sweeps.create(tenant="other", spec=labelled)
+    assert (a.labels, a.note, c.labels, c.note) == ({"team": "nlp", "exp.id": "x=1"}, "first", {}, None)
+
+    def ids(*labels, tenant="acme"):
+        return {s.id for s in store.sweeps.list(tenant=tenant, labels=labels)}
+
+    assert ids(("team", "nlp")) == {a.id, b.id}
+    assert ids(("team", "nlp"), tenant=None) == {a.id, b.id, theirs.id}  # the admin's: every tenant's
+    assert ids(("team", "nlp"), ("exp.id", "x=1")) == {a.id}
+    assert ids(("exp", "x=1")) == set() and ids(("team", "nl")) == set()  # whole keys and values
+
+    changed = store.sweeps.relabel(a.id, labels={"team": "cv"}, note=None)
+    assert (changed.labels, changed.note) == ({"team": "cv"}, None)
+    again = store.sweeps.get(a.id)
+    assert (again.labels, again.note) == ({"team": "cv"}, None)
+    assert again.spec.labels == {"team": "nlp", "exp.id": "x=1"}  # the spec as submitted
+    assert ids(("team", "cv")) == {a.id} and ids(("team", "nlp")) == {b.id}
+    assert store.sweeps.relabel(c.id, note="looked at").labels == {}  # what is left out is kept
+    with pytest.raises(SweepNotFound):
+        store.sweeps.relabel("s-000000000000", note="x")
+
+
+def test_a_sweep_made_before_its_labels_column_gets_its_specs(store, db_url):
+    """Migration 0013 fills a sweep's labels and note from its spec as submitted."""
+    from alembic import command
+
+    from service.store.store import alembic_config
+
+    labelled, _ = store.sweeps.create(tenant="acme", spec=SPEC.model_copy(
+        update={"labels": {"team": "nlp"}, "note": "it's \"quoted\""}))
+    plain, _ = store.sweeps.create(tenant="acme", spec=SPEC)
+    command.downgrade(alembic_config(db_url), "0011")
+    command.upgrade(alembic_config(db_url), "head")
+    found = store.sweeps.get(labelled.id)
+    assert (found.labels, found.note) == ({"team": "nlp"}, "it's \"quoted\"")
+    assert (store.sweeps.get(plain.id).labels, store.sweeps.get(plain.id).note) == ({}, None)
+    assert [s.id for s in store.sweeps.list(tenant="acme", labels=[("team", "nlp")])] == [labelled.id]

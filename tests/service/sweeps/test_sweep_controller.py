@@ -393,3 +393,34 @@ def test_a_sweep_waits_for_its_after_jobs_and_fails_with_one(supervisor):
     store.transition(first.id, S.SUCCEEDED, reason="done")
     service.run_pass()
     assert len(store.sweeps.trials(waits.id)) == 2
+
+
+def test_trials_inherit_the_sweeps_labels_as_they_stand_when_each_is_made(supervisor):
+    """The trial's labels are the sweep's over the base's; a sweep relabelled
+    (`PATCH /v1/sweeps/{id}`) gives its new labels to the trials made from then
+    on, and those made already keep theirs; labels too many with the base's are
+    refused at `labels`, as at submit."""
+    service, _ = service_of(supervisor)
+    store = supervisor.store
+    spec = sweep_spec(base={**BASE, "labels": {"team": "nlp", "stage": "base"}},
+                      labels={"stage": "sweep", "study": "lr"}, note="why", max_concurrent=2)
+    sweep, _ = service.submit("acme", spec, None)
+    assert (sweep.labels, sweep.note) == ({"stage": "sweep", "study": "lr"}, "why")
+    service.run_pass()
+    first = [store.get_job(t.job_id) for t in store.sweeps.trials(sweep.id)]
+    assert [j.labels for j in first] == [{"team": "nlp", "stage": "sweep", "study": "lr"}] * 2
+
+    changed = service.relabel("acme", sweep.id, {"labels": {"study": "lr-2"}, "note": None})
+    assert (changed.labels, changed.note) == ({"study": "lr-2"}, None)
+    assert [s.id for s in service.list("acme", labels=[("study", "lr-2")])] == [sweep.id]
+    run_job(store, first[0].id, [3.0, 2.0])
+    service.run_pass()
+    third = store.get_job(store.sweeps.trial(sweep.id, 2).job_id)
+    assert third.labels == {"team": "nlp", "stage": "base", "study": "lr-2"}
+    assert store.get_job(first[1].id).labels == first[1].labels  # made already: its own
+
+    with pytest.raises(SpecError) as refused:
+        service.relabel("acme", sweep.id, {"labels": {f"k{i}": "v" for i in range(15)}})
+    assert refused.value.field == "labels" and "17 labels" in str(refused.value)
+    with pytest.raises(SweepNotFound):
+        service.relabel("other", sweep.id, {"note": "not theirs"})

@@ -105,6 +105,16 @@ const Brigade = (() => {
     return Number(v).toFixed(digits);
   }
 
+  // A sweep trial's objective (a job's `trial`), as its sweep's page shows it: the value, and
+  // a pruned trial's pruning step, since that value is from there, not from its last step.
+  function trialObjective(trial) {
+    const value = el("span", {class: "objective-value",
+      title: `trial ${trial.number}'s objective, ${trial.metric}, as its sweep judges it`},
+      number(trial.objective, 4));
+    return trial.pruned_step === null || trial.pruned_step === undefined ? [value]
+      : [value, el("div", {class: "muted small pruned-at"}, `at pruning step ${trial.pruned_step}`)];
+  }
+
   function time(iso) {
     if (!iso) return "-";
     const d = new Date(iso);
@@ -138,5 +148,6 @@ const Brigade = (() => {
     });
   });
 
-  return {api, ApiError, el, fill, badge, bytes, number, time, percent, show, every, TERMINAL};
+  return {api, ApiError, el, fill, badge, bytes, number, trialObjective, time, percent, show, every,
+    TERMINAL};
 })();

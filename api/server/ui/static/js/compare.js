@@ -1,10 +1,11 @@
 "use strict";
 // The compare view: the loss and eval-loss curves of the jobs picked
 // (?jobs=ID,ID,...) overlaid, one colour a job (its swatch in the table), each
-// job's curve from GET /v1/jobs/{id}/series. Refreshes every 2 s until every
-// job has ended.
+// job's curve from GET /v1/jobs/{id}/series; a sweep trial's objective beside
+// its last losses (GET /v1/jobs/{id}'s `trial`, as its sweep page shows it).
+// Refreshes every 2 s until every job has ended.
 document.addEventListener("DOMContentLoaded", () => {
-  const {api, badge, number, TERMINAL} = Brigade;
+  const {api, badge, number, trialObjective, TERMINAL} = Brigade;
   const rows = [...document.querySelectorAll("#compared tbody tr[data-job-id]")];
   if (!rows.length) return;
   const names = rows.map((r) => r.dataset.name);
@@ -26,6 +27,7 @@ document.addEventListener("DOMContentLoaded", () => {
       r.querySelector(".step").textContent = `${job.step} / ${job.spec.train.steps}`;
       r.querySelector(".loss").textContent = number(last(series.loss), 3);
       r.querySelector(".eval-loss").textContent = number(last(series.eval_loss), 3);
+      r.querySelector(".objective").replaceChildren(...(job.trial ? trialObjective(job.trial) : []));
     });
     const lines = (key) => found.map(({job, series}, i) => ({
       key: job.id, name: label(rows[i], i), cls: `s${i}`, dashed: i >= 4, data: series[key]}));

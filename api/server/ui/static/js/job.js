@@ -49,48 +49,13 @@ document.addEventListener("DOMContentLoaded", () => {
       : job.spec;
     if (!spec.textContent) spec.textContent = JSON.stringify(shown, null, 2);
     buttons(job.state);
-    drawLabels(job);
+    labels.draw(job);
     const input = document.getElementById("resume-workers");
     if (!input.placeholder || input.placeholder === "as before") input.placeholder = job.spec.workers.min ?? job.spec.workers;
   }
 
-  // The job's labels (a chip each, linking to the jobs list filtered on it) and its note;
-  // the edit form is filled from them until someone types in it.
-  const labelsInput = document.getElementById("labels-input");
-  const noteInput = document.getElementById("note-input");
-  let edited = false;
-  const labelsText = (labels) => Object.entries(labels).map(([k, v]) => `${k}=${v}`).join("\n");
-  function drawLabels(j) {
-    const entries = Object.entries(j.labels || {}).sort(([a], [b]) => a.localeCompare(b));
-    document.getElementById("job-labels").replaceChildren(...(entries.length ? entries.map(([k, v]) =>
-      el("a", {class: "label-chip", href: `/?label=${encodeURIComponent(`${k}=${v}`)}`,
-        title: `jobs labelled ${k}=${v}`}, el("span", {class: "label-key"}, k), el("span", {class: "label-value"}, v)))
-      : [el("span", {class: "muted small"}, "No labels.")]));
-    show(document.getElementById("job-note"), j.note || "");
-    if (!edited) {
-      labelsInput.value = labelsText(j.labels || {});
-      noteInput.value = j.note || "";
-    }
-  }
-  for (const input of [labelsInput, noteInput]) input.addEventListener("input", () => { edited = true; });
-  document.getElementById("labels-form").addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const out = document.getElementById("labels-result");
-    const labels = {};
-    for (const text of labelsInput.value.split("\n").map((l) => l.trim()).filter(Boolean)) {
-      const at = text.indexOf("=");
-      if (at < 1) { out.textContent = `not key=value: ${text}`; return; }
-      labels[text.slice(0, at).trim()] = text.slice(at + 1).trim();
-    }
-    try {
-      job = await api("PATCH", base, {labels, note: noteInput.value.trim() || null});
-      edited = false;
-      drawLabels(job);
-      out.textContent = "saved";
-    } catch (e) {
-      out.textContent = `refused: ${e.message}`;
-    }
-  });
+  // its labels and note, and their edit form (static/js/labels.js)
+  const labels = Labels.editor("job", base, (saved) => { job = saved; });
 
   // How many times the larger of two series' last values is the smaller one's.
   function spread(series, a, b) {

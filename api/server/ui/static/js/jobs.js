@@ -1,11 +1,12 @@
 "use strict";
 // The jobs page: a filtered, paged list that refreshes its states every 2 s.
 // Each job's kind (training, or a dataset's preparation) and latest loss come
-// with the list itself (`latest_loss` on each job: no request per job); the
+// with the list itself (`latest_loss` on each job: no request per job), and a
+// sweep trial's objective as its sweep shows it (`trial`); the
 // goodput of the page's jobs, with one more request for the page. Jobs ticked
 // go to the compare view together.
 document.addEventListener("DOMContentLoaded", () => {
-  const {api, el, fill, badge, number, time} = Brigade;
+  const {api, el, fill, badge, number, trialObjective, time} = Brigade;
   const stateFilter = document.getElementById("state-filter");
   const nameFilter = document.getElementById("name-filter");
   const labelFilter = document.getElementById("label-filter");
@@ -101,6 +102,7 @@ document.addEventListener("DOMContentLoaded", () => {
       el("td", {class: "num"}, `${job.step} / ${job.spec.train.steps}` + (kind === "prepare" ? " files" : ""),
         loss === "-" ? null : el("div", {class: "muted small show-narrow"}, `loss ${loss}`)),
       el("td", {class: "num loss hide-narrow"}, loss),
+      el("td", {class: "num objective hide-narrow"}, job.trial ? trialObjective(job.trial) : ""),
       el("td", {class: "num hide-narrow"}, job.workers ?? "-"),
       el("td", {class: "num hide-narrow"}, `${job.restarts}` + (job.preemptions ? ` (+${job.preemptions} preempted)` : "")),
       el("td", {class: "num goodput hide-narrow", "data-job-id": job.id}, goodput.get(job.id) ?? ""),

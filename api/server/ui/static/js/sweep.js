@@ -245,10 +245,14 @@ document.addEventListener("DOMContentLoaded", () => {
     link.textContent = `Compare the best ${top.length}`;
   }
 
+  // its labels and note, and their edit form (static/js/labels.js)
+  const labels = Labels.editor("sweep", base);
+
   let stop = null;
   async function refresh() {
     sweep = await api("GET", base);
     const top = best(sweep.trials);
+    labels.draw(sweep);
     drawHead(top);
     drawTable(top);
     drawObjective();
