@@ -30,16 +30,19 @@ $(LEAN)/.installed: pyproject.toml | $(STAMP)
 	touch $@
 
 # Every run keeps its per-test times: the slowest 25 printed (pyproject.toml's addopts), all of them
-# in reports/junit.xml, and the 25 slowest modules after it (docs/testing.md: the suite's budget).
-# JOBS=2: the modules spread over two pytest processes, each with its own Ray cluster
-# (pytest-xdist, --dist loadfile: a module's tests stay together, with their shared fixtures);
-# measured 25 min against 42 serially, with two load-timed tests that failed once (docs/testing.md).
-JOBS ?=
+# in reports/junit-*.xml, and the 25 slowest modules after it (docs/testing.md: the suite's budget).
+# Two phases: first every module but the `alone` ones in JOBS pytest processes (pytest-xdist,
+# --dist loadfile: a module's tests stay together, with their shared fixtures; each process has
+# its own session Ray cluster), then the `alone` modules one after another with nothing beside
+# them: the scenarios whose bounds (a failover, a lease, a hang found, a drain's deadline) are
+# timed on a quiet machine, and those that start Ray nodes of their own. JOBS=1: all serially.
+JOBS ?= 2
 test: $(STAMP) $(LEAN)/.installed
-	@status=0; \
-	$(BIN)/python -m pytest -q tests --junitxml=reports/junit.xml \
-		$(if $(JOBS),-n $(JOBS) --dist loadfile) || status=$$?; \
-	$(BIN)/python -m tests.module_times reports/junit.xml || true; \
+	@status=0; mkdir -p reports; rm -f reports/junit*.xml; \
+	$(BIN)/python -m pytest -q tests -m "not soak and not alone" --junitxml=reports/junit-shared.xml \
+		$(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile) || status=$$?; \
+	$(BIN)/python -m pytest -q tests -m "alone" --junitxml=reports/junit-alone.xml || status=$$?; \
+	$(BIN)/python -m tests.module_times reports/junit-shared.xml reports/junit-alone.xml || true; \
 	exit $$status
 
 # 100 jobs of 4 tenants under faults, through two replicas on Postgres (127.0.0.1:5432) whose

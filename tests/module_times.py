@@ -2,8 +2,10 @@
 (`make test` writes reports/junit.xml; a test's time there is its setup, call
 and teardown, so a module's shared fixtures count in the module's seconds).
 
-    python -m tests.module_times reports/junit.xml              # the 25 slowest modules
+    python -m tests.module_times reports/junit-*.xml            # the 25 slowest modules
     python -m tests.module_times after.xml --before before.xml  # both, side by side
+
+Several files (`make test`'s two phases write one each) count as one run.
 
 What docs/testing.md's table is made with.
 """
@@ -17,10 +19,15 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def module_seconds(path: Path) -> dict[str, float]:
-    """Module file -> the seconds its tests took, summed."""
+def _cases(paths: list[Path]):
+    for path in paths:
+        yield from ET.parse(path).getroot().iter("testcase")
+
+
+def module_seconds(paths: Path | list[Path]) -> dict[str, float]:
+    """Module file -> the seconds its tests took, summed (over every file given)."""
     seconds: dict[str, float] = defaultdict(float)
-    for case in ET.parse(path).getroot().iter("testcase"):
+    for case in _cases(paths if isinstance(paths, list) else [paths]):
         classname = case.get("classname", "")
         # "tests.api.test_jobs" or "tests.api.test_jobs.TestClass": the module is the part
         # up to the name that starts with test_
@@ -30,15 +37,17 @@ def module_seconds(path: Path) -> dict[str, float]:
     return dict(seconds)
 
 
-def totals(path: Path) -> tuple[int, float]:
-    """(tests, seconds) of the whole run."""
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-    return (sum(int(s.get("tests", 0)) for s in suites),
-            sum(float(s.get("time", 0)) for s in suites))
+def totals(paths: Path | list[Path]) -> tuple[int, float]:
+    """(tests, seconds) of the whole run: its tests' seconds summed, which is more
+    than its wall time where a phase ran in several processes."""
+    tests, seconds = 0, 0.0
+    for case in _cases(paths if isinstance(paths, list) else [paths]):
+        tests += 1
+        seconds += float(case.get("time") or 0)
+    return tests, seconds
 
 
-def table(after: Path, before: Path | None, top: int) -> str:
+def table(after: Path | list[Path], before: Path | None, top: int) -> str:
     now = module_seconds(after)
     was = module_seconds(before) if before else {}
     ranked = sorted(set(now) | set(was), key=lambda m: -max(now.get(m, 0), was.get(m, 0)))[:top]
@@ -57,7 +66,7 @@ def table(after: Path, before: Path | None, top: int) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("junit", type=Path)
+    parser.add_argument("junit", type=Path, nargs="+")
     parser.add_argument("--before", type=Path)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)

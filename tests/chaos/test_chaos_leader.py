@@ -40,7 +40,8 @@ from tests.e2e.replica_harness import (
     written_by_since,
 )
 
-pytestmark = pytest.mark.timeout(480)
+# alone (make test's second phase, docs/testing.md): another replica leads within the lease + 5 s of the leader's loss
+pytestmark = [pytest.mark.timeout(480), pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,9 @@ from tests.e2e.browser import Browser, available
 from tests.e2e.ray_nodes import RAY, RayNodes
 from tests.e2e.serve_harness import KEY, Server, spec
 
+# alone (make test's second phase, docs/testing.md): Ray nodes of its own, drained
+pytestmark = pytest.mark.alone
+
 DOCS_UI = Path(__file__).resolve().parents[2] / "docs" / "ui"
 WORKERS = {"w1": 2, "w2": 1, "w3": 1}  # CPUs
 LABELS = {"w1": {"pool": "on-demand"}, "w2": {"pool": "spot"}, "w3": {"pool": "spot"}}  # Ray's

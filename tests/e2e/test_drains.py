@@ -22,6 +22,9 @@ import pytest
 from tests.e2e.ray_nodes import RayNodes
 from tests.e2e.serve_harness import Server, spec
 
+# alone (make test's second phase, docs/testing.md): a drained node's rank moves before the drain's deadline; Ray nodes of its own
+pytestmark = pytest.mark.alone
+
 STEPS = 300
 DEADLINE_S = 60
 JOB = spec(STEPS, placement="SPREAD", checkpoint={"every_steps": 10, "keep_last": 2})

@@ -26,6 +26,9 @@ import pytest
 from tests.e2e.ray_nodes import RayNodes
 from tests.e2e.serve_harness import Server, spec
 
+# alone (make test's second phase, docs/testing.md): labelled Ray nodes of its own
+pytestmark = pytest.mark.alone
+
 LONG = 100_000  # steps: a job that runs until it is cancelled
 FLAVORS = {"a": {"brigade.io/pool": "a"}, "b": {"brigade.io/pool": "b"}}
 

@@ -20,6 +20,9 @@ import pytest
 from tests.e2e.ray_nodes import RayNodes
 from tests.e2e.serve_harness import Server, spec
 
+# alone (make test's second phase, docs/testing.md): Ray nodes of its own, started and killed
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture
 def cluster():

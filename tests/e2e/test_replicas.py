@@ -43,7 +43,8 @@ from tests.e2e.replica_harness import (
 from tests.e2e.serve_harness import KEY, spec
 from tests.postgres import fresh_database
 
-pytestmark = pytest.mark.timeout(480)
+# alone (make test's second phase, docs/testing.md): a leader renews its lease within two thirds of it
+pytestmark = [pytest.mark.timeout(480), pytest.mark.alone]
 
 LONG = 120  # steps of a job that outlasts a failover (~5 steps/s here)
 SHORT = 20
