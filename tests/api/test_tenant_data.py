@@ -69,7 +69,7 @@ def test_whoami_answers_a_tenant_its_prefix_quota_and_use(tenant, as_key, store_
     assert (body["tenant"], body["admin"]) == (name, False) and body["tenant_id"].startswith("t-")
     assert body["data_prefix"] == f"file://{store_root}/tenants/{name}/data/"
     assert body["quota"] == {"max_workers": None, "max_gpus": None, "max_running_jobs": None,
-                             "max_queued_jobs": 3}
+                             "max_queued_jobs": 3, "flavors": {}}
     assert (body["max_priority"], body["weight"]) == (1000, 1.0)
     assert body["usage"] == {"running_jobs": 0, "queued_jobs": 1, "workers": 0, "cpu": 0.0, "gpu": 0.0}
 
@@ -78,7 +78,8 @@ def test_whoami_answers_the_admin_the_same_way(http, store_root):
     body = http.get("/v1/whoami").json()
     assert (body["tenant"], body["tenant_id"], body["admin"]) == ("admin", None, True)
     assert body["data_prefix"] == f"file://{store_root}/tenants/admin/data/"
-    assert body["quota"] == dict.fromkeys(("max_workers", "max_gpus", "max_running_jobs", "max_queued_jobs"))
+    assert body["quota"] == {**dict.fromkeys(("max_workers", "max_gpus", "max_running_jobs",
+                                              "max_queued_jobs")), "flavors": {}}
     assert set(body["usage"]) == {"running_jobs", "queued_jobs", "workers", "cpu", "gpu"}
     assert (store_root / "tenants/admin/data").is_dir()  # made when the server started
     assert httpx.get(f"{http.base_url.join('/v1/whoami')}").status_code == 401

@@ -46,6 +46,8 @@ BODIES: dict[tuple[str, str], dict] = {
     ("PUT", "/v1/data/{path}"): {"text": "an upload's raw body"},
     ("POST", "/v1/cluster/nodes/{node_id}/drain"): {"deadline_s": 60, "reason": "isolation"},
     ("PATCH", "/v1/jobs/{job_id}"): {"labels": {"team": "b"}, "note": "tenant B's"},
+    ("PATCH", "/v1/sweeps/{sweep_id}"): {"labels": {"team": "b"}, "note": "tenant B's"},
+    ("PUT", "/v1/flavors/{name}"): {"labels": {"pool": "b"}, "price_per_worker_hour": 1.0},
 }
 # Routes whose path is relative to the caller's own data prefix: B's request reaches B's own.
 CALLER_SCOPED = {("PUT", "/v1/data/{path}"), ("DELETE", "/v1/data/{path}")}
