@@ -112,8 +112,8 @@ class ControlViews:
         events = self.store.events_of(j.id for j in jobs)
         rows = {j.id: phase_rows(self.store, j) for j in jobs}
         names = [tenant] if tenant else [t.name for t in self.store.tenants.list()]
-        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names,
-                                                rows=rows).values())
+        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names, rows=rows,
+                                                prices=self.store.flavors.price_history()).values())
 
     def fair_shares(self) -> list[TenantShare]:
         """Each tenant's weight, entitled share, what it holds now and its
