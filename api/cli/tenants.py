@@ -69,7 +69,8 @@ def update(tenant_id: TenantId, max_workers: MaxWorkers = None, max_gpus: MaxGpu
            max_priority: MaxPriority = None, weight: Weight = None, budget: Budget = None,
            no_budget: Annotated[bool, typer.Option("--no-budget", help="remove its budget")] = False,
            output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:
-    """Change a tenant's quota limits, max priority, weight or budget; prints it (JSON unless asked otherwise)."""
+    """Change a tenant's quota limits, max priority, weight or budget; prints it (JSON unless
+    asked otherwise)."""
     limits = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
     quota = {**limits, **dict.fromkeys(unlimit or ())} or None
     with connect(url, key) as client:

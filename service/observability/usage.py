@@ -109,7 +109,7 @@ def usage_by_tenant(
         cost = held_cost(held, per_worker.flavor, prices, since, now)
         usage.worker_seconds += worker_s
         usage.cost += cost
-        if held:
+        if worker_s > 0:
             usage.add_flavor(flavor_key(per_worker.flavor), worker_s, cost)
         usage.cpu_seconds += worker_s * per_worker.cpu
         usage.gpu_seconds += worker_s * per_worker.gpu

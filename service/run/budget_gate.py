@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from service.observability.usage import job_cost
 from service.scheduling.budget import BudgetDecision, BudgetPolicy, period_start
+from service.scheduling.cost import PriceHistory
 from service.states import ACTIVE
 
 if TYPE_CHECKING:
@@ -60,19 +61,17 @@ class BudgetGate:
 
     def _spent(self, starts: Mapping[str, datetime], now: datetime) -> dict[str, float]:
         """What each of these tenants' jobs cost from its period's start to `now`."""
-        jobs = [job for job in self.store.jobs_changed_since(min(starts.values()), ACTIVE)
-                if job.tenant in starts]
+        jobs = self.store.jobs_changed_since(min(starts.values()), ACTIVE, tenants=starts)
         known = set(starts.values())
         self._finished = {key: cost for key, cost in self._finished.items() if key[1] in known}
         to_price = [job for job in jobs if (job.id, starts[job.tenant]) not in self._finished]
         events = self.store.events_of(job.id for job in to_price) if to_price else {}
-        prices = self.store.flavors.price_history() if to_price else None
+        prices = self.store.flavors.price_history() if to_price else PriceHistory()
         spent: dict[str, float] = {}
         for job in jobs:
             key = (job.id, starts[job.tenant])
             cost = self._finished.get(key)
             if cost is None:
-                assert prices is not None
                 cost = job_cost(job, events.get(job.id, []), key[1], now, prices)
                 if job.state.is_terminal and job.finished_at is not None and job.finished_at <= now:
                     self._finished[key] = cost

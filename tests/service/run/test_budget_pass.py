@@ -13,6 +13,7 @@ from store_harness import SPEC
 
 import service.run.scheduling_pass as scheduling_pass
 from service.run.scheduling_pass import SchedulingPass
+from service.run.start_forecast import StartForecasts
 from service.settings import Settings
 from service.states import JobState as S
 from tests.service.clock import TestClock, utc
@@ -72,6 +73,8 @@ def test_a_spent_budget_holds_the_next_job_until_the_next_day(store, admission, 
     clock.advance(600)
     assert started(admission) == set()
     assert admission.waiting[fourth.id].startswith("budget 10.00 for the day spent (16.67)")
+    forecast = StartForecasts(admission, store).of(fourth.id)  # no expected start: the reason
+    assert forecast.expected_start is None and forecast.reason == admission.waiting[fourth.id]
     assert store.get_job(second.id).state is S.RUNNING  # a running job goes on
 
     clock.set(utc(2026, 3, 11, 0, 0, 1))  # the next day: spent 1 s of second, 0.00
