@@ -121,8 +121,19 @@ def _whoami_rows(me: WhoamiPublic) -> list[tuple[str, str]]:
             ("gpus", of(now.gpu, quota.max_gpus)),
             ("cpus held", f"{now.cpu:g}"),
             ("max priority", str(me.max_priority)), ("weight", f"{me.weight:g}"),
-            ("budget", f"{me.budget.limit:g} a {me.budget.period}" if me.budget else "none")]
+            ("budget", _budget_text(me))]
     return rows
+
+
+def _budget_text(me: WhoamiPublic) -> str:
+    if me.budget is None:
+        return "none"
+    text = f"{me.budget.limit:g} a {me.budget.period}"
+    if me.budget_spent is not None:
+        text += f", {me.budget_spent:.2f} spent this {me.budget.period}"
+    if me.budget_period_ends is not None:
+        text += f" (the next from {me.budget_period_ends:%Y-%m-%d %H:%M} UTC)"
+    return text
 
 
 def _budget(text: str | None) -> dict | None:

@@ -152,3 +152,6 @@ class WhoamiPublic(BaseModel):
     weight: float
     usage: TenantUsageNow
     budget: TenantBudget | None = None  # None: no budget
+    # what its jobs cost in the budget's current period, and when the next one begins
+    budget_spent: float | None = None
+    budget_period_ends: datetime | None = None

@@ -60,20 +60,28 @@ class BudgetGate:
         return ready, waiting
 
     def _spent(self, starts: Mapping[str, datetime], now: datetime) -> dict[str, float]:
-        """What each of these tenants' jobs cost from its period's start to `now`."""
-        jobs = self.store.jobs_changed_since(min(starts.values()), ACTIVE, tenants=starts)
-        known = set(starts.values())
+        known = set(starts.values())  # a period gone by: its finished jobs' costs are let go
         self._finished = {key: cost for key, cost in self._finished.items() if key[1] in known}
-        to_price = [job for job in jobs if (job.id, starts[job.tenant]) not in self._finished]
-        events = self.store.events_of(job.id for job in to_price) if to_price else {}
-        prices = self.store.flavors.price_history() if to_price else PriceHistory()
-        spent: dict[str, float] = {}
-        for job in jobs:
-            key = (job.id, starts[job.tenant])
-            cost = self._finished.get(key)
-            if cost is None:
-                cost = job_cost(job, events.get(job.id, []), key[1], now, prices)
-                if job.state.is_terminal and job.finished_at is not None and job.finished_at <= now:
-                    self._finished[key] = cost
-            spent[job.tenant] = spent.get(job.tenant, 0.0) + cost
-        return spent
+        return period_costs(self.store, starts, now, self._finished)
+
+
+def period_costs(store: JobStore, starts: Mapping[str, datetime], now: datetime,
+                 finished: dict[tuple[str, datetime], float] | None = None) -> dict[str, float]:
+    """What each tenant's jobs cost from its period's start (`starts`) to
+    `now`. `finished`: (job, period start) -> cost, read and filled with the
+    jobs finished by `now` (their cost in the period no longer changes)."""
+    finished = {} if finished is None else finished
+    jobs = store.jobs_changed_since(min(starts.values()), ACTIVE, tenants=starts)
+    to_price = [job for job in jobs if (job.id, starts[job.tenant]) not in finished]
+    events = store.events_of(job.id for job in to_price) if to_price else {}
+    prices = store.flavors.price_history() if to_price else PriceHistory()
+    spent = dict.fromkeys(starts, 0.0)
+    for job in jobs:
+        key = (job.id, starts[job.tenant])
+        cost = finished.get(key)
+        if cost is None:
+            cost = job_cost(job, events.get(job.id, []), key[1], now, prices)
+            if job.state.is_terminal and job.finished_at is not None and job.finished_at <= now:
+                finished[key] = cost
+        spent[job.tenant] += cost
+    return spent

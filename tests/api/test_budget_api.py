@@ -6,7 +6,8 @@ negative limit, an unknown period, a limit as text, a field of its own) is a
 422 naming the field. `GET /v1/usage` gives each tenant's cost and
 worker-seconds per flavor and in all (jobs written to the store at times the
 test sets), the admin's per tenant and the cluster's; `brigade usage` prints
-the cost, `brigade tenants update --budget` sets one."""
+the cost, `brigade tenants update --budget` sets one; `GET /v1/whoami` and
+`brigade whoami` say what the tenant spent of it this period."""
 
 from __future__ import annotations
 
@@ -105,9 +106,18 @@ def test_usage_gives_the_cost_per_flavor_and_in_all(http, as_key, store, monkeyp
     [row] = [line.split() for line in table.stdout.splitlines() if line.startswith(tenant["name"])]
     assert row[2] == "3.00" and row[3] == f"{flavor}=3.00/3600"
 
-    updated = brigade("tenants", "update", tenant["id"], "--budget", "25/week")
+    updated = brigade("tenants", "update", tenant["id"], "--budget", "25/day")
     assert updated.exit_code == 0, updated.output
-    assert json.loads(updated.stdout)["budget"] == {"limit": 25.0, "period": "week"}
+    assert json.loads(updated.stdout)["budget"] == {"limit": 25.0, "period": "day"}
+    monkeypatch.setattr("service.control.views.cluster_capacity", lambda **_: {"cpu": 4.0, "gpu": 0.0})
+    clock.set(now.replace(hour=23, minute=59))  # the job ran 2 h before: the same UTC day, or not
+    me = as_key(tenant["api_key"]).get("/v1/whoami").json()
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    ran_today = (now - timedelta(hours=1.5) - max(day, now - timedelta(hours=2))).total_seconds()
+    assert me["budget_spent"] == pytest.approx(2 * max(0.0, ran_today) / 3600 * 3.0)
+    assert me["budget_period_ends"].startswith((now + timedelta(days=1)).strftime("%Y-%m-%d"))
+    mine = brigade("whoami", env={"BRIGADE_API_KEY": tenant["api_key"]})
+    assert f"25 a day, {me['budget_spent']:.2f} spent this day" in mine.stdout, mine.output
     refused = brigade("tenants", "update", tenant["id"], "--budget", "25/year")
     assert refused.exit_code != 0 and "budget.period" in refused.output
     removed = brigade("tenants", "update", tenant["id"], "--no-budget")

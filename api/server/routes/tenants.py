@@ -122,16 +122,19 @@ def whoami(tenant: CurrentTenant, store: StoreDep, settings: SettingsDep,
     """Who this key is: its tenant (the admin key: `admin`), its data prefix
     (where `brigade data upload` puts files, and what a spec's `data.uri` must
     lie under), its quota, priority ceiling and weight, and what its jobs hold
-    and wait for now."""
+    and wait for now; its budget, and what its jobs cost in the budget's
+    current period."""
     record = None if tenant == ADMIN_TENANT else store.tenants.by_name(tenant)
     now = next((s for s in views.fair_shares() if s.tenant == tenant), None)
+    spent, period_ends = views.budget_spent(tenant) or (None, None)
     return WhoamiPublic(
         tenant=tenant, tenant_id=record.id if record else None, admin=tenant == ADMIN_TENANT,
         data_prefix=data_prefix(settings.resolved_data_uri_root, tenant),
         quota=TenantQuota(**full_quota(record.quota if record else None)),
         max_priority=record.max_priority if record else MAX_PRIORITY,
         weight=record.weight if record else 1.0,
-        budget=record.budget if record else None,
+        budget=record.budget if record else None, budget_spent=spent,
+        budget_period_ends=period_ends,
         usage=TenantUsageNow.model_validate(now) if now else TenantUsageNow(),
     )
 
