@@ -7,6 +7,10 @@ is nothing to guess). A lookup compares hashes in constant time. Rotating a
 key replaces the hash and the key id in one statement: the old key stops
 working at once.
 
+A tenant's budget (0014: `{"limit", "period"}`, or none) is the most its
+jobs may cost a period before its queued jobs wait (`service.scheduling.budget`);
+`checked_budget` refuses what no budget may be, naming the field.
+
 A tenant's jobs name it by its `name` (the jobs' `tenant` column). Deleting
 a tenant is refused while it has unfinished jobs (`TenantBusy`); otherwise its
 finished jobs and their history go with it, so a later tenant of the same name
