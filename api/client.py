@@ -341,9 +341,11 @@ class BrigadeClient:
     # Tenants (the admin key only)
 
     def create_tenant(self, name: str, quota: dict | None = None, max_priority: int | None = None,
-                      weight: float | None = None) -> TenantKey:
-        """A new tenant, with its API key (shown this once)."""
-        body = _given(name=name, quota=quota, max_priority=max_priority, weight=weight)
+                      weight: float | None = None, budget: dict | None = None) -> TenantKey:
+        """A new tenant, with its API key (shown this once). `budget`:
+        {"limit": float, "period": "day" | "week" | "month"}."""
+        body = _given(name=name, quota=quota, max_priority=max_priority, weight=weight,
+                      budget=budget)
         return self._call(TenantKey, "POST", "/v1/tenants", json=body)
 
     def tenants(self) -> TenantsPublic:
@@ -353,9 +355,13 @@ class BrigadeClient:
         return self._call(TenantPublic, "GET", f"/v1/tenants/{tenant_id}")
 
     def update_tenant(self, tenant_id: str, quota: dict | None = None,
-                      max_priority: int | None = None, weight: float | None = None) -> TenantPublic:
-        """Change what is given; `quota` changes only the limits it names."""
-        body = _given(quota=quota, max_priority=max_priority, weight=weight)
+                      max_priority: int | None = None, weight: float | None = None,
+                      budget: dict | None = None, no_budget: bool = False) -> TenantPublic:
+        """Change what is given; `quota` changes only the limits it names;
+        `budget` replaces the budget, `no_budget` removes it."""
+        body = _given(quota=quota, max_priority=max_priority, weight=weight, budget=budget)
+        if no_budget:
+            body["budget"] = None
         return self._call(TenantPublic, "PATCH", f"/v1/tenants/{tenant_id}", json=body)
 
     def delete_tenant(self, tenant_id: str) -> None:

@@ -44,16 +44,20 @@ def usage(
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """Usage per tenant over a window: worker-, cpu- and gpu-seconds, goodput
-    and the main phases' worker-seconds, jobs by final state, preemptions
-    suffered (a tenant sees its own; the admin also the cluster, as "*")."""
+    """Usage per tenant over a window: worker-, cpu- and gpu-seconds, cost
+    (worker-hours x each flavor's price at the time) in all and per flavor,
+    goodput and the main phases' worker-seconds, jobs by final state,
+    preemptions suffered (a tenant sees its own; the admin also the cluster, as "*")."""
     with connect(url, key) as client:
         report = client.usage(window_s=window, tenant=tenant)
     shown = [*report.tenants, *([report.cluster] if report.cluster else [])]
     emit(report, output, lambda: (
-        ("TENANT", "WORKER-S", "CPU-S", "GPU-S", "GOODPUT", "TRAINING", "STARTING", "CKPT-STALL",
-         "RECOVERING+LOST", "JOBS", "PREEMPTIONS"),
-        [(u.tenant, f"{u.worker_seconds:.0f}", f"{u.cpu_seconds:.0f}", f"{u.gpu_seconds:.0f}",
+        ("TENANT", "WORKER-S", "COST", "FLAVORS (COST/WORKER-S)", "CPU-S", "GPU-S", "GOODPUT",
+         "TRAINING", "STARTING", "CKPT-STALL", "RECOVERING+LOST", "JOBS", "PREEMPTIONS"),
+        [(u.tenant, f"{u.worker_seconds:.0f}", f"{u.cost:.2f}",
+          ",".join(f"{name}={f.cost:.2f}/{f.worker_seconds:.0f}"
+                    for name, f in sorted(u.flavors.items())) or "-",
+          f"{u.cpu_seconds:.0f}", f"{u.gpu_seconds:.0f}",
           "-" if u.goodput is None else f"{u.goodput:.0%}",
           *(f"{sum(u.phases.get(p, 0.0) for p in names):.0f}" for names in MAIN_PHASES),
           ",".join(f"{state}={n}" for state, n in sorted(u.jobs.items())) or "-", u.preemptions)

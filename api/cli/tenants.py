@@ -23,6 +23,10 @@ MaxPriority = Annotated[int | None, typer.Option(min=0, max=MAX_PRIORITY, help="
 Weight = Annotated[float | None, typer.Option(
     min=MIN_WEIGHT, max=MAX_WEIGHT, help=f"its fair-share weight ({MIN_WEIGHT:g} to {MAX_WEIGHT:g})")]
 
+Budget = Annotated[str | None, typer.Option(
+    metavar="LIMIT/PERIOD", help="the most its jobs may cost a period (day, week or month), at the "
+    "flavors' prices, e.g. 100/month; once spent its queued jobs wait for the next period")]
+
 tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (the admin key only).")
 
 
@@ -30,11 +34,11 @@ tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (th
 def create(name: Annotated[str, typer.Argument(help="lower-case letters, digits and '-'")],
            max_workers: MaxWorkers = None, max_gpus: MaxGpus = None, max_running_jobs: MaxRunning = None,
            max_queued_jobs: MaxQueued = None, max_priority: MaxPriority = None, weight: Weight = None,
-           url: Url = None, key: Key = None) -> None:
+           budget: Budget = None, url: Url = None, key: Key = None) -> None:
     """Create a tenant; prints its API key (shown this once)."""
     quota = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
     with connect(url, key) as client:
-        _say_key(client.create_tenant(name, quota, max_priority, weight), "created")
+        _say_key(client.create_tenant(name, quota, max_priority, weight, _budget(budget)), "created")
 
 
 @tenants.command("list")
@@ -43,8 +47,9 @@ def list_tenants(output: Output = OutputFormat.table, url: Url = None, key: Key 
     with connect(url, key) as client:
         page = client.tenants()
     emit(page, output, lambda: (
-        ("ID", "NAME", "MAX PRIORITY", "WEIGHT", "QUOTA", "CREATED"),
+        ("ID", "NAME", "MAX PRIORITY", "WEIGHT", "QUOTA", "BUDGET", "CREATED"),
         [(t.id, t.name, t.max_priority, t.weight, _quota_text(t.quota.model_dump()),
+          f"{t.budget.limit:g}/{t.budget.period}" if t.budget else "-",
           when(t.created_at)) for t in page.items]))
 
 
@@ -61,13 +66,16 @@ def update(tenant_id: TenantId, max_workers: MaxWorkers = None, max_gpus: MaxGpu
            max_running_jobs: MaxRunning = None, max_queued_jobs: MaxQueued = None,
            unlimit: Annotated[list[str] | None, typer.Option(
                help="lift this limit, e.g. max_gpus (repeatable)")] = None,
-           max_priority: MaxPriority = None, weight: Weight = None,
+           max_priority: MaxPriority = None, weight: Weight = None, budget: Budget = None,
+           no_budget: Annotated[bool, typer.Option("--no-budget", help="remove its budget")] = False,
            output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:
-    """Change a tenant's quota limits, max priority or weight; prints it (JSON unless asked otherwise)."""
+    """Change a tenant's quota limits, max priority, weight or budget; prints it (JSON unless
+    asked otherwise)."""
     limits = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
     quota = {**limits, **dict.fromkeys(unlimit or ())} or None
     with connect(url, key) as client:
-        updated = client.update_tenant(tenant_id, quota, max_priority, weight)
+        updated = client.update_tenant(tenant_id, quota, max_priority, weight, _budget(budget),
+                                       no_budget=no_budget)
     emit(updated, output)
 
 
@@ -112,8 +120,32 @@ def _whoami_rows(me: WhoamiPublic) -> list[tuple[str, str]]:
             ("workers", of(now.workers, quota.max_workers)),
             ("gpus", of(now.gpu, quota.max_gpus)),
             ("cpus held", f"{now.cpu:g}"),
-            ("max priority", str(me.max_priority)), ("weight", f"{me.weight:g}")]
+            ("max priority", str(me.max_priority)), ("weight", f"{me.weight:g}"),
+            ("budget", _budget_text(me))]
     return rows
+
+
+def _budget_text(me: WhoamiPublic) -> str:
+    if me.budget is None:
+        return "none"
+    text = f"{me.budget.limit:g} a {me.budget.period}"
+    if me.budget_spent is not None:
+        text += f", {me.budget_spent:.2f} spent this {me.budget.period}"
+    if me.budget_period_ends is not None:
+        text += f" (the next from {me.budget_period_ends:%Y-%m-%d %H:%M} UTC)"
+    return text
+
+
+def _budget(text: str | None) -> dict | None:
+    """`--budget 100/month` as the API's budget (the server checks the values)."""
+    if text is None:
+        return None
+    limit, _, period = text.partition("/")
+    try:
+        return {"limit": float(limit), "period": period}
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is no LIMIT/PERIOD, e.g. 100/month",
+                                 param_hint="--budget") from None
 
 
 def _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs) -> dict:

@@ -5,7 +5,7 @@ what it uses now, and each tenant's fair share (`api.server.routes.fair_share`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,22 +53,37 @@ class TenantQuota(Request):
                        Field(max_length=64)] = Field(default_factory=dict)
 
 
+class TenantBudget(Request):
+    """The most a tenant's jobs may cost a period (at the flavors' prices):
+    once the period's cost reaches `limit`, its queued jobs wait until the
+    next period (a UTC calendar day, an ISO week from Monday, a calendar month)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    limit: Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
+    period: Literal["day", "week", "month"]
+
+
 class TenantCreate(Request):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "name": "acme", "quota": {"max_workers": 4, "max_queued_jobs": 10}, "weight": 2}]})
+        "name": "acme", "quota": {"max_workers": 4, "max_queued_jobs": 10}, "weight": 2,
+        "budget": {"limit": 100, "period": "month"}}]})
 
     name: TenantName
     quota: TenantQuota = Field(default_factory=TenantQuota)
     max_priority: Priority = MAX_PRIORITY
     weight: Weight = 1.0
+    budget: TenantBudget | None = None  # None: no budget
 
 
 class TenantUpdate(Request):
-    """What to change; `quota` changes only the limits it names."""
+    """What to change; `quota` changes only the limits it names; `budget`
+    replaces the budget (null: no budget; left out: unchanged)."""
 
     quota: TenantQuota | None = None
     max_priority: Priority | None = None
     weight: Weight | None = None
+    budget: TenantBudget | None = None
 
 
 class TenantPublic(Public):
@@ -77,6 +92,7 @@ class TenantPublic(Public):
     quota: TenantQuota
     max_priority: int
     weight: float
+    budget: TenantBudget | None = None  # None: no budget
     created_at: datetime
     updated_at: datetime
     # where its data goes: the only place its specs' data uris may name (None: a server before it)
@@ -135,3 +151,7 @@ class WhoamiPublic(BaseModel):
     max_priority: int
     weight: float
     usage: TenantUsageNow
+    budget: TenantBudget | None = None  # None: no budget
+    # what its jobs cost in the budget's current period, and when the next one begins
+    budget_spent: float | None = None
+    budget_period_ends: datetime | None = None

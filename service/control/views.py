@@ -1,5 +1,5 @@
 """What the control plane shows: a job's workers, checkpoints and goodput,
-the tenants' usage and fair shares, the cluster and its queue (with each
+the tenants' usage, what they spent of their budgets and fair shares, the cluster and its queue (with each
 queued job's waiting reason and expected start), its nodes with the ranks on
 each, this replica's role, and whether Ray can be used. Reads only: nothing here changes a job.
 
@@ -22,14 +22,16 @@ from service.leadership import Leadership
 from service.observability.fair_share_view import TenantShare, tenant_shares
 from service.observability.goodput import Goodput, job_goodput
 from service.observability.usage import TenantUsage, phase_rows, usage_by_tenant
+from service.run.budget_gate import period_costs
 from service.run.launch import group_name
 from service.run.ray_cluster import cluster_capacity, group_workers, ray_unready
 from service.scheduling import Resources
+from service.scheduling.budget import next_period_start, period_start
 from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobRecord, JobStore
 from service.store.models import utcnow
-from service.store.tenants import ADMIN_TENANT
+from service.store.tenants import ADMIN_TENANT, tenant_policy
 from workers.cluster.nodes import NodeView, cluster_nodes
 
 logger = logging.getLogger(__name__)
@@ -112,8 +114,20 @@ class ControlViews:
         events = self.store.events_of(j.id for j in jobs)
         rows = {j.id: phase_rows(self.store, j) for j in jobs}
         names = [tenant] if tenant else [t.name for t in self.store.tenants.list()]
-        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names,
-                                                rows=rows).values())
+        return since, now, list(usage_by_tenant(jobs, events, since, now, tenants=names, rows=rows,
+                                                prices=self.store.flavors.price_history()).values())
+
+    def budget_spent(self, tenant: str) -> tuple[float, datetime] | None:
+        """(what the tenant's jobs cost in its budget's current period, when
+        the next period begins), or None: it has no budget. From the store:
+        every replica answers alike."""
+        record = self.store.tenants.by_name(tenant)
+        budget = None if record is None else tenant_policy(record).budget
+        if budget is None:
+            return None
+        now = utcnow()
+        spent = period_costs(self.store, {tenant: period_start(budget.period, now)}, now)[tenant]
+        return spent, next_period_start(budget.period, now)
 
     def fair_shares(self) -> list[TenantShare]:
         """Each tenant's weight, entitled share, what it holds now and its

@@ -26,6 +26,11 @@ Brought up to date at each scrape from the jobs' phases (`phase_counters`):
 
     brigade_job_phase_seconds_total{tenant,phase}  seconds in each goodput phase
 
+and from the jobs' workers and the flavors' prices (`cost_counters`):
+
+    brigade_tenant_cost_total{tenant,flavor}     worker-hours x the flavor's price at the time
+                                                 (jobs of no flavor: flavor "(none)")
+
 The metric objects belong to no registry of their own: each app registers
 them, with its supervisor's collector, in its own (`registry_for`).
 """
@@ -39,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from service.observability.cost_counters import CostCollector
 from service.observability.phase_counters import PhaseSecondsCollector
 from service.states import JobState
 from service.store import JobStore
@@ -166,6 +172,7 @@ def registry_for(supervisor, *more) -> CollectorRegistry:
     leadership = supervisor.leadership
     for collector in (*PROCESS_METRICS, ServiceCollector(supervisor.store, supervisor.views.cluster_status),
                       LeaderCollector(lambda: leadership.is_leader),
-                      PhaseSecondsCollector(supervisor.store), *more):
+                      PhaseSecondsCollector(supervisor.store), CostCollector(supervisor.store),
+                      *more):
         registry.register(collector)
     return registry

@@ -22,6 +22,11 @@ tenant's goodput is its `training` worker-seconds over its held
 worker-seconds less `suspended` (a person's stop, or a cancel's or a
 prune's wind-down).
 
+Each tenant's worker-seconds and `cost` are given per flavor too (its jobs
+of no flavor under `(none)`) and in all: a stretch held costs its
+worker-hours times its flavor's price at the time, cut at each price change
+(`service.scheduling.cost`).
+
 Pure: the caller reads the store (`phase_rows` reads just what the phase
 intervals need of a job's metrics rows).
 """
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from service.observability.goodput import PHASES, phase_intervals
+from service.scheduling.cost import PriceHistory, flavor_key, stretch_cost
 from service.states import HOLDING, JobState
 from service.store.records import EventRecord, JobRecord
 from workers.schema.metrics_row import TIMING_FIELDS
@@ -41,9 +47,19 @@ Stretch = tuple[float, float, int]  # [start, end) in epoch seconds, and the wor
 
 
 @dataclass
+class FlavorUsage:
+    """What a tenant's jobs of one flavor held and cost."""
+
+    worker_seconds: float = 0.0
+    cost: float = 0.0  # worker-hours x the flavor's price at the time
+
+
+@dataclass
 class TenantUsage:
     tenant: str
     worker_seconds: float = 0.0
+    cost: float = 0.0  # every flavor's
+    flavors: dict[str, FlavorUsage] = field(default_factory=dict)  # flavor (or "(none)") -> its
     cpu_seconds: float = 0.0
     gpu_seconds: float = 0.0
     jobs: dict[str, int] = field(default_factory=dict)  # final state -> jobs that ended in the window
@@ -56,6 +72,9 @@ class TenantUsage:
 
     def add(self, other: TenantUsage) -> None:
         self.worker_seconds += other.worker_seconds
+        self.cost += other.cost
+        for name, used in other.flavors.items():
+            self.add_flavor(name, used.worker_seconds, used.cost)
         self.cpu_seconds += other.cpu_seconds
         self.gpu_seconds += other.gpu_seconds
         self.preemptions += other.preemptions
@@ -64,15 +83,22 @@ class TenantUsage:
         for phase, seconds in other.phases.items():
             self.phases[phase] = self.phases.get(phase, 0.0) + seconds
 
+    def add_flavor(self, flavor: str, worker_seconds: float, cost: float) -> None:
+        used = self.flavors.setdefault(flavor, FlavorUsage())
+        used.worker_seconds += worker_seconds
+        used.cost += cost
+
 
 def usage_by_tenant(
     jobs: Iterable[JobRecord], events: Mapping[str, list[EventRecord]],
     since: datetime, now: datetime, tenants: Iterable[str] = (),
-    rows: Mapping[str, list[dict]] | None = None,
+    rows: Mapping[str, list[dict]] | None = None, prices: PriceHistory | None = None,
 ) -> dict[str, TenantUsage]:
     """Each tenant's usage within [since, now]; `tenants` are listed even if
     they used nothing. `rows`: each job's metrics rows (none: a job's RUNNING
-    time is all `training`)."""
+    time is all `training`); `prices`: what a worker-hour cost when (none:
+    nothing costs anything)."""
+    prices = prices or PriceHistory()
     found = {name: TenantUsage(name) for name in tenants}
     for job in jobs:
         usage = found.setdefault(job.tenant, TenantUsage(job.tenant))
@@ -80,7 +106,11 @@ def usage_by_tenant(
         held = held_stretches(job_events, now, fallback=job.spec.min_workers)
         worker_s = sum(_overlap(start, end, since, now) * n for start, end, n in held)
         per_worker = job.spec.resources_per_worker
+        cost = held_cost(held, per_worker.flavor, prices, since, now)
         usage.worker_seconds += worker_s
+        usage.cost += cost
+        if worker_s > 0:
+            usage.add_flavor(flavor_key(per_worker.flavor), worker_s, cost)
         usage.cpu_seconds += worker_s * per_worker.cpu
         usage.gpu_seconds += worker_s * per_worker.gpu
         if held:  # a job that never held workers adds 0 to every phase
@@ -137,6 +167,23 @@ def held_stretches(events: Iterable[EventRecord], now: datetime, fallback: int) 
     if opened is not None:
         stretches.append((opened[0], max(opened[0], now.timestamp()), opened[1]))
     return stretches
+
+
+def held_cost(held: Iterable[Stretch], flavor: str | None, prices: PriceHistory,
+              since: datetime, now: datetime) -> float:
+    """What the stretches held of a job of `flavor` cost within [since, now]."""
+    lo, hi = since.timestamp(), now.timestamp()
+    return sum(stretch_cost(prices, flavor, max(start, lo), min(end, hi), n)
+               for start, end, n in held)
+
+
+def job_cost(job: JobRecord, events: Iterable[EventRecord], since: datetime, now: datetime,
+             prices: PriceHistory) -> float:
+    """What the job's workers cost within [since, now], from its events in
+    order (only the cost: what a budget or a counter weighs, without the
+    phases `usage_by_tenant` works out)."""
+    held = held_stretches(events, now, fallback=job.spec.min_workers)
+    return held_cost(held, job.spec.resources_per_worker.flavor, prices, since, now)
 
 
 def held_worker_seconds(events: Iterable[EventRecord], since: datetime, now: datetime,

@@ -5,7 +5,11 @@ tenants and the cluster into the scheduling views, asks the policies
 admitted (QUEUED -> STARTING at the size chosen) and marks the victims of a
 preemption PREEMPTING, saying who preempted them and why.
 Queued jobs that wait on jobs are held back first, or failed where one
-failed (`service.run.dependency_gate`).
+failed (`service.run.dependency_gate`), then those of a tenant whose budget
+for the period is spent (`service.run.budget_gate`).
+
+The pass reads the time from its `clock` (epoch seconds; `time.time` unless
+a test hands it its own): what a budget's period is, and the fair share's now.
 
 It also keeps each tenant's recent service for weighted fair share
 (`service.scheduling.service_history`), rebuilt from the job events when it starts, so
@@ -22,6 +26,7 @@ from collections.abc import Callable, Set
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from service.run.budget_gate import BudgetGate
 from service.run.dependency_gate import DependencyGate
 from service.run.ray_cluster import cluster_capacity, draining_nodes, flavor_capacities, lost_nodes
 from service.scheduling import (
@@ -52,10 +57,13 @@ class SchedulingPass:
     """One pass at a time, from the leader's loop (never concurrently)."""
 
     def __init__(self, settings: Settings, store: JobStore, *,
-                 checkpoints_of: Callable[[JobRecord], CheckpointStore] | None = None):
-        self.settings, self.store = settings, store
+                 checkpoints_of: Callable[[JobRecord], CheckpointStore] | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.settings, self.store, self.clock = settings, store, clock
         # queued jobs that wait on jobs (`after`, `init.job`): held back, or failed
         self.dependencies = DependencyGate(store, checkpoints_of)
+        # queued jobs of a tenant whose budget for the period is spent: held back
+        self.budget = BudgetGate(store)
         self.scheduler = Scheduler(horizon_s=settings.fair_share_horizon_s)
         self.preemption = PreemptionPolicy()
         self.history = ServiceHistory(settings.fair_share_window_s)
@@ -73,7 +81,7 @@ class SchedulingPass:
         """What the jobs held within the fair-share window, from their events.
         A job is taken to have held its latest size (or its smallest, when it
         holds none now) throughout: the events do not record sizes."""
-        now = time.time()
+        now = self.clock()
         since = datetime.fromtimestamp(now - self.settings.fair_share_window_s, UTC)
         jobs = self.store.jobs_changed_since(since, ACTIVE)
         events = self.store.events_of(job.id for job in jobs)
@@ -111,12 +119,15 @@ class SchedulingPass:
     def run_pass(self) -> list[JobRecord]:
         """Decide and act once; the jobs moved to STARTING, for the caller
         to launch."""
-        now = time.time()
+        now = self.clock()
         drains = draining_nodes()
         total = Resources(**cluster_capacity())  # less the draining nodes: nothing new goes there
         active = self.store.jobs_in_states(ACTIVE)
         queued_records = self.store.jobs_in_states([S.QUEUED])
+        tenants = self._tenants(active + queued_records)
         ready, held_back = self.dependencies.hold(queued_records)
+        ready, over_budget = self.budget.hold(ready, tenants, datetime.fromtimestamp(now, UTC))
+        held_back = {**held_back, **over_budget}
         running = [self._running(job) for job in active]
         flavor_totals, flavor_free = self._flavor_capacities()
         capacity = capacity_now(total, running, flavor_totals, flavor_free)
@@ -126,7 +137,6 @@ class SchedulingPass:
                 self._history_of(flavor).observe({job.id: (job.tenant, job.holds)
                                                   for job in running
                                                   if job.demand.flavor == flavor}, now)
-        tenants = self._tenants(active + queued_records)
         queued = {job.id: self._queued(job) for job in ready}
         expected = self.history.typical_run_s(self.settings.fair_share_horizon_s)
         self.scheduler.horizon_s = expected

@@ -16,9 +16,9 @@ What a job's pace is:
 - A job's start-up (its launch to its first step): the median of the
   `startup.total` the latest first rows carried, else the forecast's default.
 
-A job that waits on jobs (`after`, service/run/dependencies.py) gets no
-expected start, and what it waits for as the reason; the forecast of the
-others leaves it out.
+A job that waits on jobs (`after`, service/run/dependencies.py), or on its
+tenant's budget (service/run/budget_gate.py), gets no expected start, and
+what it waits for as the reason; the forecast of the others leaves it out.
 
 One forecast is made for every queued job at once and answered for
 `ttl_s`: a dashboard polling each queued job, or a page of them, costs one
@@ -113,8 +113,9 @@ class StartForecasts:
         now = time.time()
         active = self.store.jobs_in_states(ACTIVE)
         queued = self.store.jobs_in_states([S.QUEUED])
-        # A job waiting on jobs gets no time, only what it waits for (as of the latest pass).
-        on_jobs = self.scheduling.dependencies.waiting
+        # A job waiting on jobs or on its tenant's budget gets no time, only what it waits
+        # for (as of the latest pass).
+        on_jobs = {**self.scheduling.dependencies.waiting, **self.scheduling.budget.waiting}
         waits = {job.id: Forecast(None, on_jobs[job.id]) for job in queued if job.id in on_jobs}
         queued = [job for job in queued if job.id not in waits]
         if not queued:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from service.scheduling.budget import Budget
 from workers.cluster.placement import RESOURCE_EPS as EPS
 from workers.schema import MAX_PRIORITY
 
@@ -100,6 +101,7 @@ class TenantPolicy:
     quota: Quota = field(default_factory=Quota)
     max_priority: int = MAX_PRIORITY
     weight: float = 1.0
+    budget: Budget | None = None  # the most its jobs may cost a period (None: no limit)
 
     def __post_init__(self) -> None:
         if not self.weight > 0:

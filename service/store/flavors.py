@@ -10,7 +10,8 @@ unfinished job asks for it (`FlavorInUse`, naming the jobs).
 Every price a flavor has had is kept (`flavor_prices`: the price and since
 when), written when the flavor is made and whenever a put changes it, and
 kept after the flavor goes: `price_at(flavor, at)` is the price a worker of
-that flavor ran at then, what a cost is computed from. A job without a
+that flavor ran at then, and `price_history()` all of them, what a cost is
+computed from (`service.scheduling.cost`). A job without a
 flavor is priced at the default (`BRIGADE_DEFAULT_PRICE_PER_WORKER_HOUR`).
 """
 
@@ -22,6 +23,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine, select
 
+from service.scheduling.cost import PriceHistory
 from service.states import TERMINAL
 from service.store.engine import transaction
 from service.store.errors import FlavorConflict, FlavorInUse, FlavorNotFound
@@ -103,6 +105,18 @@ class FlavorStore:
                 .where(FlavorPrice.flavor == flavor, FlavorPrice.since <= at)
                 .order_by(FlavorPrice.since.desc(), FlavorPrice.id.desc()).limit(1))
         return self.default_price if price is None else price
+
+    def price_history(self) -> PriceHistory:
+        """Every price each flavor has had, from when, and the default: what
+        a cost over any stretch of time is worked out from (`service.scheduling.cost`)."""
+        changes: dict[str, list[tuple[float, float]]] = {}
+        with transaction(self._reader) as session:
+            for flavor, price, since in session.execute(
+                    select(FlavorPrice.flavor, FlavorPrice.price_per_worker_hour, FlavorPrice.since)
+                    .order_by(FlavorPrice.flavor, FlavorPrice.since, FlavorPrice.id)):
+                changes.setdefault(flavor, []).append((since.timestamp(), price))
+        return PriceHistory(self.default_price,
+                            {flavor: tuple(found) for flavor, found in changes.items()})
 
 
 def check_flavor(name: str, labels: Mapping[str, str], price: float, description: str) -> None:

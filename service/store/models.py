@@ -285,11 +285,14 @@ class Tenant(Base):
     key_hash: Mapped[str] = mapped_column(String(KEY_HASH_LENGTH))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # the most its jobs may cost a period (0014): {"limit", "period"}; None: no budget
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     def to_record(self) -> TenantRecord:
         return TenantRecord(
             id=self.id, name=self.name, quota=dict(self.quota), max_priority=self.max_priority,
             weight=self.weight, created_at=self.created_at, updated_at=self.updated_at,
+            budget=dict(self.budget) if self.budget else None,
         )
 
 

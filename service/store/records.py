@@ -162,6 +162,7 @@ class TenantRecord:
     weight: float
     created_at: datetime
     updated_at: datetime
+    budget: dict | None = None  # {"limit": float, "period": "day" | "week" | "month"}; None: none
 
 
 @dataclass(frozen=True)

@@ -283,16 +283,17 @@ class JobStore:
             )
             return [job.to_record() for job in jobs]
 
-    def jobs_changed_since(self, since: datetime, states: Iterable[JobState]) -> list[JobRecord]:
-        """Every tenant's jobs in these states or changed at or after `since`:
-        with `since` the start of a window and the states that hold workers,
-        every job that may have held workers within the window."""
+    def jobs_changed_since(self, since: datetime, states: Iterable[JobState],
+                           tenants: Iterable[str] | None = None) -> list[JobRecord]:
+        """Every tenant's jobs (or these tenants') in these states or changed
+        at or after `since`: with `since` the start of a window and the states
+        that hold workers, every job that may have held workers within the window."""
         values = [JobState(s).value for s in states]
+        query = select(Job).where(or_(Job.state.in_(values), Job.updated_at >= since))
+        if tenants is not None:
+            query = query.where(Job.tenant.in_(list(tenants)))
         with self._read() as session:
-            jobs = session.scalars(
-                select(Job).where(or_(Job.state.in_(values), Job.updated_at >= since))
-                .order_by(Job.created_at, Job.id)
-            )
+            jobs = session.scalars(query.order_by(Job.created_at, Job.id))
             return [job.to_record() for job in jobs]
 
     def transition(

@@ -7,6 +7,10 @@ is nothing to guess). A lookup compares hashes in constant time. Rotating a
 key replaces the hash and the key id in one statement: the old key stops
 working at once.
 
+A tenant's budget (0014: `{"limit", "period"}`, or none) is the most its
+jobs may cost a period before its queued jobs wait (`service.scheduling.budget`);
+`checked_budget` refuses what no budget may be, naming the field.
+
 A tenant's jobs name it by its `name` (the jobs' `tenant` column). Deleting
 a tenant is refused while it has unfinished jobs (`TenantBusy`); otherwise its
 finished jobs and their history go with it, so a later tenant of the same name
@@ -20,11 +24,14 @@ import hmac
 import re
 import secrets
 from collections.abc import Mapping
+from enum import Enum
+from typing import Literal
 
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from service.scheduling import FlavorQuota, Quota, TenantPolicy
+from service.scheduling.budget import Budget
 from service.states import TERMINAL
 from service.store.engine import transaction
 from service.store.errors import TenantBusy, TenantExists, TenantNotFound
@@ -37,8 +44,16 @@ ADMIN_TENANT = "admin"  # the admin key's own jobs go under this name: no tenant
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 QUOTA_FIELDS = ("max_workers", "max_gpus", "max_running_jobs", "max_queued_jobs", "flavors")
 FLAVOR_QUOTA_FIELDS = ("max_workers", "max_gpus")  # a tenant's limits on one flavor's nodes
+BUDGET_FIELDS = ("limit", "period")
 KEY_PREFIX = "bk"
 _KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_[A-Za-z0-9_-]{{43}}$")
+
+
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+KEEP: Literal[_Keep.KEEP] = _Keep.KEEP  # `update`'s budget left as it is (None removes it)
 
 
 def new_tenant_id() -> str:
@@ -64,14 +79,15 @@ class TenantStore:
         self._keys = KeyCache()
 
     def create(self, name: str, *, quota: Mapping | None = None, max_priority: int = MAX_PRIORITY,
-               weight: float = 1.0) -> tuple[TenantRecord, str]:
+               weight: float = 1.0, budget: Mapping | None = None) -> tuple[TenantRecord, str]:
         """A new tenant and its API key: the only time the key is seen."""
         check_name(name)
         key, key_id, hashed = new_key()
         now = utcnow()
         tenant = Tenant(id=new_tenant_id(), name=name, quota=full_quota(quota),
                         max_priority=max_priority, weight=weight, key_id=key_id,
-                        key_hash=hashed, created_at=now, updated_at=now)
+                        key_hash=hashed, created_at=now, updated_at=now,
+                        budget=checked_budget(budget))
         try:
             with transaction(self._writer) as session:
                 session.add(tenant)
@@ -92,10 +108,14 @@ class TenantStore:
             return [t.to_record() for t in session.scalars(select(Tenant).order_by(Tenant.name))]
 
     def update(self, tenant_id: str, *, quota: Mapping | None = None,
-               max_priority: int | None = None, weight: float | None = None) -> TenantRecord:
+               max_priority: int | None = None, weight: float | None = None,
+               budget: Mapping | None | Literal[_Keep.KEEP] = KEEP) -> TenantRecord:
         """Change what is given; `quota` replaces only the limits it names (a
         None limit is no limit), and of `quota.flavors` only the flavors it
-        names (a None flavor: no limits of its own)."""
+        names (a None flavor: no limits of its own); `budget` replaces the
+        budget (None: no budget)."""
+        if budget is not KEEP:
+            budget = checked_budget(budget)
         with transaction(self._writer) as session:
             tenant = session.get(Tenant, tenant_id, with_for_update=True)
             if tenant is None:
@@ -107,6 +127,8 @@ class TenantStore:
                 tenant.max_priority = max_priority
             if weight is not None:
                 tenant.weight = weight
+            if budget is not KEEP:
+                tenant.budget = budget
             tenant.updated_at = utcnow()
             session.flush()
             return tenant.to_record()
@@ -213,9 +235,28 @@ def _flavor_quota(flavor: str, limits: Mapping) -> dict:
     return {name: limits.get(name) for name in FLAVOR_QUOTA_FIELDS}
 
 
+def checked_budget(budget: Mapping | None) -> dict | None:
+    """A budget as stored ({"limit", "period"}), or None; what no budget may
+    be is a ValueError naming the field (`budget.limit`, `budget.period`)."""
+    if budget is None:
+        return None
+    unknown = sorted(set(budget) - set(BUDGET_FIELDS))
+    if unknown:
+        raise ValueError(f"budget: unknown fields: {', '.join(unknown)}")
+    limit, period = budget.get("limit"), budget.get("period")
+    if isinstance(limit, bool) or not isinstance(limit, int | float):
+        raise ValueError(f"budget.limit: must be a finite number >= 0, not {limit!r}")
+    try:
+        Budget(float(limit), period)  # type: ignore[arg-type]  # checked there
+    except ValueError as e:
+        raise ValueError(f"budget.{e}") from None
+    return {"limit": float(limit), "period": period}
+
+
 def tenant_policy(tenant: TenantRecord) -> TenantPolicy:
     """What the scheduling policies read of a tenant."""
     quota = full_quota(tenant.quota)
     flavors = {name: FlavorQuota(**limits) for name, limits in quota.pop("flavors").items()}
+    budget = Budget(**tenant.budget) if tenant.budget else None
     return TenantPolicy(tenant.name, Quota(**quota, flavors=flavors), tenant.max_priority,
-                        tenant.weight)
+                        tenant.weight, budget)

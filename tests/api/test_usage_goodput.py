@@ -80,8 +80,9 @@ def test_usage_and_metrics_count_a_real_jobs_phases(live):
     assert "GOODPUT" in table.stdout and "TRAINING" in table.stdout
     [own_row] = [line.split() for line in table.stdout.splitlines() if line.startswith(tenant.name)]
     [cluster_row] = [line.split() for line in table.stdout.splitlines() if line.startswith("*")]
-    assert own_row[4] == f"{usage['goodput']:.0%}" and own_row[5] == f"{phases['training']:.0f}"
-    assert cluster_row[4] == f"{cluster['goodput']:.0%}"
+    assert own_row[6] == f"{usage['goodput']:.0%}" and own_row[7] == f"{phases['training']:.0f}"
+    assert cluster_row[6] == f"{cluster['goodput']:.0%}"
+    assert own_row[2] == f"{usage['cost']:.2f}" and own_row[3].startswith("(none)=")
 
     text = httpx.get(f"{server.url}/metrics").text
     assert "# TYPE brigade_job_phase_seconds_total counter" in text

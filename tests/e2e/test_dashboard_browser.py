@@ -50,7 +50,9 @@ LLAMA = {"name": "dash-llama", "workers": 1, "resources_per_worker": {"cpu": 1},
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, shared_ray):
-    srv = Server(tmp_path_factory.mktemp("dashboard"), ray_address=shared_ray, shared=True).start()
+    # a worker-hour of no flavor costs 36 (0.01 a worker-second): the usage table shows a cost
+    srv = Server(tmp_path_factory.mktemp("dashboard"), ray_address=shared_ray, shared=True,
+                 env={"BRIGADE_DEFAULT_PRICE_PER_WORKER_HOUR": "36"}).start()
     yield srv
     srv.stop()
 
@@ -485,9 +487,11 @@ def test_the_cluster_page_shows_when_a_queued_job_is_expected_to_start(server, b
         server.http.post(f"/v1/jobs/{job['id']}/cancel")
 
 
-def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, browser):
+def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, browser, tenants):
     """A finished job's phases drawn as one bar whose pieces are its seconds from
-    `/v1/jobs/{id}/goodput`; its goodput in the jobs list; the cluster's over time."""
+    `/v1/jobs/{id}/goodput`; its goodput in the jobs list; the cluster's over time; its
+    cost per flavor and in all in the cluster page's usage (`GET /v1/usage`); a tenant's
+    budget on the tenants page."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -543,4 +547,27 @@ def test_goodput_on_the_job_page_the_jobs_list_and_the_cluster_page(server, brow
     assert any(b["goodput"] for b in history["buckets"])
     assert "Goodput over the window" in text_of(browser, "#goodput-history .chart-note")
     browser.screenshot(SHOTS / "cluster-goodput.png")
+    clean(browser, server)
+
+    usage = server.get("/v1/usage?window_s=86400")
+    [own] = [u for u in usage["tenants"] if u["tenant"] == "admin"]
+    assert own["cost"] > 0 and own["flavors"]["(none)"]["cost"] == pytest.approx(own["cost"])
+    wait_for("the usage table", lambda: d.find_elements(By.CSS_SELECTOR, "#usage tr[data-tenant='*']"))
+    shown = d.execute_script(  # read at once: a refresh rebuilds the rows
+        "return Object.fromEntries([...document.querySelectorAll('#usage tbody tr')].map(r =>"
+        " [r.dataset.tenant, [r.querySelector('td.cost').textContent,"
+        "  [...r.querySelectorAll('td.flavors [data-flavor]')].map(f => f.dataset.flavor)]]));")
+    cost, flavors = shown["admin"]
+    # the admin's jobs may still run (an earlier test's): its cost only grows between the reads
+    assert float(cost) >= round(own["cost"], 2) - 0.005 and flavors == ["(none)"], shown
+    assert float(shown["*"][0]) >= float(cost)  # the cluster's: every tenant's
+    browser.screenshot(SHOTS / "cluster-usage.png")
+    clean(browser, server)
+
+    team_a = tenants["team-a"]["id"]
+    server.http.patch(f"/v1/tenants/{team_a}", json={"budget": {"limit": 50, "period": "month"}})
+    d.get(server.url + "/tenants")
+    budget = "tr[data-tenant='team-a'] td.budget"
+    assert wait_for("the budget column", lambda: now_text(budget)) == "50 a month"
+    server.http.patch(f"/v1/tenants/{team_a}", json={"budget": None})
     clean(browser, server)

@@ -1,5 +1,5 @@
 """Tenants (the admin key only): create one and get its API key once, list,
-look at, change its quota, priority ceiling and weight, delete it (refused
+look at, change its quota, priority ceiling, weight and budget, delete it (refused
 with 409 while any of its jobs is unfinished), and rotate its key (the old
 one stops working at once; the new one is answered once). Each answer names
 the tenant's data prefix; a new tenant's data folder is made with it (where
@@ -32,7 +32,7 @@ from api.server.errors import not_found
 from service.intake.data_access import data_prefix
 from service.intake.tenant_data import TenantData
 from service.store import TenantRecord
-from service.store.tenants import ADMIN_TENANT, full_quota
+from service.store.tenants import ADMIN_TENANT, KEEP, full_quota
 from workers.schema import MAX_PRIORITY
 
 _TENANT_ID = re.compile(r"^t-[0-9a-f]{1,30}$")
@@ -62,11 +62,12 @@ def create_tenant(body: TenantCreate, store: StoreDep, settings: SettingsDep,
     data folder (`data_prefix`) is made now where the data root is local."""
     tenant, key = store.tenants.create(
         body.name, quota=body.quota.model_dump(), max_priority=body.max_priority, weight=body.weight,
+        budget=body.budget.model_dump() if body.budget else None,
     )
     root = settings.resolved_data_uri_root
     TenantData(root, tenant.name).make_folder()
     audit("tenant.create", target=tenant.id, tenant=tenant.name, quota=tenant.quota,
-          max_priority=tenant.max_priority, weight=tenant.weight)
+          max_priority=tenant.max_priority, weight=tenant.weight, budget=tenant.budget)
     return TenantKey(**_public(tenant, root).model_dump(), api_key=key)
 
 
@@ -86,12 +87,14 @@ def get_tenant(tenant: PathTenant, settings: SettingsDep) -> TenantPublic:
 def update_tenant(tenant: PathTenant, body: TenantUpdate, store: StoreDep, settings: SettingsDep,
                   audit: Audit) -> TenantPublic:
     quota = body.quota.model_dump(exclude_unset=True) if body.quota is not None else None
-    updated = store.tenants.update(tenant.id, quota=quota,
-                                   max_priority=body.max_priority, weight=body.weight)
+    budget = ((body.budget.model_dump() if body.budget else None)
+              if "budget" in body.model_fields_set else KEEP)
+    updated = store.tenants.update(tenant.id, quota=quota, max_priority=body.max_priority,
+                                   weight=body.weight, budget=budget)
     audit("tenant.update", target=tenant.id, tenant=tenant.name,
           changed=body.model_dump(mode="json", exclude_unset=True),
           before={"quota": tenant.quota, "max_priority": tenant.max_priority,
-                  "weight": tenant.weight})
+                  "weight": tenant.weight, "budget": tenant.budget})
     return _public(updated, settings.resolved_data_uri_root)
 
 
@@ -119,15 +122,19 @@ def whoami(tenant: CurrentTenant, store: StoreDep, settings: SettingsDep,
     """Who this key is: its tenant (the admin key: `admin`), its data prefix
     (where `brigade data upload` puts files, and what a spec's `data.uri` must
     lie under), its quota, priority ceiling and weight, and what its jobs hold
-    and wait for now."""
+    and wait for now; its budget, and what its jobs cost in the budget's
+    current period."""
     record = None if tenant == ADMIN_TENANT else store.tenants.by_name(tenant)
     now = next((s for s in views.fair_shares() if s.tenant == tenant), None)
+    spent, period_ends = views.budget_spent(tenant) or (None, None)
     return WhoamiPublic(
         tenant=tenant, tenant_id=record.id if record else None, admin=tenant == ADMIN_TENANT,
         data_prefix=data_prefix(settings.resolved_data_uri_root, tenant),
         quota=TenantQuota(**full_quota(record.quota if record else None)),
         max_priority=record.max_priority if record else MAX_PRIORITY,
         weight=record.weight if record else 1.0,
+        budget=record.budget if record else None, budget_spent=spent,
+        budget_period_ends=period_ends,
         usage=TenantUsageNow.model_validate(now) if now else TenantUsageNow(),
     )
 

@@ -2,7 +2,8 @@
 // The cluster: capacity against usage, its nodes (a draining one marked with its deadline, and
 // the ranks on each), the caller's queue with why each job waits and when it is expected to
 // start, and each tenant's fair share, quota use and data prefix; refreshed every 3 s.
-// The goodput of the caller's jobs over time (a window it picks), every 15 s.
+// The goodput of the caller's jobs over time (a window it picks), and their usage and cost
+// per flavor over a window it picks, every 15 s.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, number, percent} = Brigade;
 
@@ -113,6 +114,24 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   windowPick.addEventListener("change", () => { loadGoodput(); });
 
+  // Usage and cost over a window (GET /v1/usage): the caller's, each tenant's and the
+  // cluster's for the admin; each flavor's cost and worker-hours beside the total.
+  const usagePick = document.getElementById("usage-window");
+  async function loadUsage() {
+    const report = await api("GET", `/v1/usage?window_s=${usagePick.value}`);
+    const rows = [...report.tenants, ...(report.cluster ? [report.cluster] : [])];
+    fill(document.querySelector("#usage tbody"), rows.map((u) => el("tr", {"data-tenant": u.tenant},
+      el("th", {scope: "row"}, u.tenant === "*" ? "the cluster" : u.tenant),
+      el("td", {class: "num"}, number(u.worker_seconds / 3600, 2)),
+      el("td", {class: "num cost"}, u.cost.toFixed(2)),
+      el("td", {class: "flavors"}, ...Object.entries(u.flavors).sort().map(([name, f]) =>
+        el("div", {"data-flavor": name}, el("span", {class: "mono"}, name),
+          ` ${f.cost.toFixed(2)} (${number(f.worker_seconds / 3600, 2)} h)`))),
+      el("td", {class: "num"}, u.goodput === null ? "-" : percent(u.goodput)))), "No usage.", 5);
+  }
+  usagePick.addEventListener("change", () => { loadUsage(); });
+
   Brigade.every(3000, load);
   Brigade.every(15000, loadGoodput);
+  Brigade.every(15000, loadUsage);
 });

@@ -1,5 +1,5 @@
 "use strict";
-// The admin's tenants: quotas, weights and usage; change them, rotate a key
+// The admin's tenants: quotas, weights, budgets and usage; change them, rotate a key
 // (the new key is shown once), create and delete tenants.
 document.addEventListener("DOMContentLoaded", () => {
   const {api, el, fill, number, show} = Brigade;
@@ -35,11 +35,12 @@ document.addEventListener("DOMContentLoaded", () => {
         el("td", {class: "num"}, used(u.gpu, t.quota.max_gpus)),
         el("td", {class: "num"}, used(u.running_jobs, t.quota.max_running_jobs)),
         el("td", {class: "num"}, used(u.queued_jobs, t.quota.max_queued_jobs)),
+        el("td", {class: "budget"}, t.budget ? `${t.budget.limit} a ${t.budget.period}` : "none"),
         el("td", {}, el("div", {class: "row-actions"},
           el("button", {type: "button", class: "edit", onclick: () => edit(t)}, "Change"),
           el("button", {type: "button", class: "rotate", onclick: () => rotate(t)}, "Rotate key"),
           el("button", {type: "button", class: "danger delete", onclick: () => remove(t)}, "Delete"))));
-    }), "No tenants yet.", 8);
+    }), "No tenants yet.", 9);
   }
 
   function edit(t) {
@@ -48,6 +49,8 @@ document.addEventListener("DOMContentLoaded", () => {
     editForm.weight.value = t.weight;
     editForm.max_priority.value = t.max_priority;
     for (const q of QUOTA) editForm[q].value = t.quota[q] ?? "";
+    editForm.budget_limit.value = t.budget ? t.budget.limit : "";
+    editForm.budget_period.value = t.budget ? t.budget.period : "month";
     show(editError, "");
     editSection.hidden = false;
     editForm.weight.focus();
@@ -59,8 +62,10 @@ document.addEventListener("DOMContentLoaded", () => {
   editForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     const quota = Object.fromEntries(QUOTA.map((q) => [q, value(editForm[q])]));
+    const limit = value(editForm.budget_limit);
     const body = {quota, weight: value(editForm.weight) ?? editing.weight,
-      max_priority: value(editForm.max_priority) ?? editing.max_priority};
+      max_priority: value(editForm.max_priority) ?? editing.max_priority,
+      budget: limit === null ? null : {limit, period: editForm.budget_period.value}};
     try {
       await api("PATCH", `/v1/tenants/${encodeURIComponent(editing.id)}`, body);
       editSection.hidden = true;
