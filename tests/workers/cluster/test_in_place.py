@@ -171,43 +171,6 @@ def test_a_replacement_that_cannot_be_placed_fails_the_group(fork_pool):
         assert run.recoveries == []
 
 
-def test_a_second_rank_lost_during_the_recovery_fails_the_group(fork_pool):
-    # Rank 1 killed; while its replacement waits for its bundle (another actor took
-    # it as the rank died) the survivor, waiting to rejoin, is killed too: the
-    # recovery says so and the group fails as a whole, for a restart from disk.
-    with WorkerGroup(2, pool=fork_pool, ready_timeout_s=60) as group:
-        run = group.start_training(JOB)
-        assert wait_until(lambda: rank_step(group, 0) >= 2 * EVERY + 1, 120)
-        bundle = group._gang.bundle_of_rank[1]
-        blocker = BundleSitter.options(
-            num_cpus=group.cpus_per_worker,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                group._pg, placement_group_bundle_index=bundle)).remote()
-        survivor, survivor_pid = group.actors[0], group.node_infos[0].pid
-        second: list[str] = []
-
-        def lose_the_survivor_mid_recovery():
-            recovering = wait_until(
-                lambda: ray.get(survivor.status.remote(), timeout=10)["state"] == "recovering", 60)
-            placed = recovering and ray.get(blocker.ping.remote(), timeout=60)  # the bundle taken
-            if placed:
-                os.kill(survivor_pid, signal.SIGKILL)
-                second.append("killed")
-            ray.kill(blocker)  # the replacement may be placed now
-
-        killer = threading.Thread(target=lose_the_survivor_mid_recovery, daemon=True)
-        killer.start()
-        os.kill(group.node_infos[1].pid, signal.SIGKILL)
-        try:
-            with pytest.raises(RankLostError):
-                run.wait(timeout_s=120)
-        finally:
-            killer.join(70)
-        assert second == ["killed"], "the survivor was never seen waiting to rejoin"
-        assert run.recoveries == []
-        assert wait_until(lambda: not alive(survivor_pid), 30)
-
-
 @ray.remote(num_cpus=0)
 class BundleSitter:
     """Holds a bundle's CPUs while it lives."""
