@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.timeout(480), pytest.mark.alone]
 
 LONG = 120  # steps of a job that outlasts a failover (~5 steps/s here)
 SHORT = 20
-SAVING = 60  # steps of a job that saves a checkpoint at each (~1-2 steps/s)
+SAVING = 200  # steps of a job that saves a checkpoint at each (up to ~7 steps/s): it outlasts a failover
 # The rolling upgrade's replicas run with the lease of docs/deploy.md's Deployment
 # (deploy/kuberay/brigade.yaml): nothing it proves waits for a lease to run out (the drained
 # leader gives its lease up), and a short lease, the harness's for the kills' failovers, can
