@@ -49,11 +49,12 @@ PARENT_CHECK_S = 1.0  # how often the server looks whether its host is still the
 
 
 def preload() -> None:
-    """What every rank imports: done once here, shared by every child."""
-    import torch.distributed  # noqa: F401
+    """What every rank imports (workers/engine/preload.py): done once here,
+    shared by every child."""
+    from workers.engine.preload import import_engine, import_torch
 
-    import checkpoints  # noqa: F401
-    import workers.engine.trainer  # noqa: F401
+    import_torch()
+    import_engine()
 
 
 @dataclass

@@ -103,13 +103,13 @@ class RankActor:
 
     def preload(self) -> int:
         """Import torch and the engine now (a pooled rank, before its job):
-        the seconds they take are not a job's. Returns the pid."""
-        import torch.distributed  # noqa: F401
+        the seconds they take are not a job's (workers/engine/preload.py).
+        Returns the pid."""
+        from workers.engine.preload import import_engine, import_torch
 
+        import_torch()
         self._timeline["torch_imported"] = time.time()
-        import checkpoints  # noqa: F401
-        import workers.engine.trainer  # noqa: F401
-
+        import_engine()
         self._timeline["engine_imported"] = time.time()
         return os.getpid()
 
