@@ -97,6 +97,7 @@ class RankActor:
         # What the latest `train` call was given (spec, checkpoint, stop_after): a driver
         # that reattaches to the group follows that training (`WorkerGroup.attach`).
         self._training: tuple | None = None
+        self._trainer: Any = None  # the current training's Trainer (workers/engine/trainer.py), once built
         self._install_sigterm_handler()
         # The process's stdout and stderr, for the job's log (Ray's log files keep them too).
         self._output = OutputCapture().start()
@@ -187,6 +188,9 @@ class RankActor:
         self._stop_requested = False
         if rejoin is not None:
             self._rejoin.put(rejoin)
+        else:  # a training from its start: an earlier one's snapshots on this actor are not its
+            self._own, self._held = [], {}
+        self._trainer = None  # an earlier training's: its step is not this one's
         try:
             rows, self._state = ENTRY_POINTS[spec.kind](self, spec, checkpoint, stop_after)
         except BaseException as e:  # DCP's CheckpointException is a BaseException
@@ -266,7 +270,7 @@ class RankActor:
         fail at once."""
         self._state = "recovering"
         trainer = getattr(self, "_trainer", None)
-        self._trainer = None  # type: ignore[assignment]  # none until the next group's is built
+        self._trainer = None  # none until the next group's is built
         if trainer is not None and trainer.snapshots:
             self._own = list(trainer.snapshots)
         del trainer
