@@ -396,13 +396,16 @@ class JobRunner(threading.Thread):
         if self._keep_recovery and "resumed_from" in rows[0]:
             self._keep_recovery = False
             rows = [{**rows[0], **self._recorded_recovery(rows[0]["step"])}, *rows[1:]]
-        if self._interruption is not None and "resumed_from" in rows[0]:
-            cost = self._interruption.measure(rows[0])
-            rows = [{**rows[0], **cost}, *rows[1:]]
+        # The first row trained after the interruption: not always the first fetched (rows
+        # rank 0 trained before a move or a peer's loss may come in the same fetch).
+        resumed = next((i for i, row in enumerate(rows) if "resumed_from" in row), None)
+        if self._interruption is not None and resumed is not None:
+            cost = self._interruption.measure(rows[resumed])
+            rows[resumed] = {**rows[resumed], **cost}
             service_metrics.observe_recovery(cost["recovered_from"], cost["recovery_s"])
             self._interruption = None
             lines.append(f"recovered from a {cost['recovered_from']} in {cost['recovery_s']:.1f} s "
-                         f"(to the first new step): resumed at step {rows[0]['resumed_from']}, "
+                         f"(to the first new step): resumed at step {rows[resumed]['resumed_from']}, "
                          f"{cost['lost_steps']} steps lost")
         self.store.record_metrics(self.job_id, job.attempt, rows)
         service_metrics.observe_checkpoint_saves(rows)

@@ -61,10 +61,12 @@ class FakeGroup:
         outcome = self.cluster.recoveries.pop(0)
         if isinstance(outcome, CannotRecover):
             raise outcome
-        # (snapshot step, the survivors' step) where the ranks got past what the store saw
-        outcome, reached = outcome if isinstance(outcome, tuple) else (outcome, self.step)
+        # (snapshot step, the survivors' step[, steps trained on before the runner's next look])
+        # where the ranks got past what the store saw
+        outcome, reached, *ahead = outcome if isinstance(outcome, tuple) else (outcome, self.step)
         self.recovered.append(lost)
         self.step = self.resumed_from = outcome
+        self.train(ahead[0] if ahead else 0)
         return Recovery(ranks=lost, step=outcome, seconds=0.25, where=f"rank {lost[0]}",
                         reached=max(outcome, reached))
 
@@ -285,6 +287,24 @@ def test_a_lost_rank_recovered_in_place_goes_on_in_the_same_attempt(store):
     lines = [log.line for log in store.logs(job_id)]
     assert any("lost at step 5: replaced in place" in line and "snapshot of step 4" in line
                for line in lines), lines
+
+
+def test_the_recovery_is_measured_on_the_first_resumed_row_behind_rows_of_before_it(store):
+    # Rank 0 took steps 6 and 7 before its peer was lost; the runner fetches them with
+    # the first row after the recovery (8, resumed from the snapshot of 7): that row,
+    # not the first fetched, carries what the recovery cost.
+    def two_steps_then_a_loss(group):
+        group.train(2)
+        raise RankLostError(1, "rank 1 (pid 101, node 10.0.0.1) was lost")
+
+    job_id = submit(store)
+    cluster = FakeCluster([5, two_steps_then_a_loss, 2, "done"], recoveries=((7, 7, 1),))
+    run(store, cluster, job_id)
+    rows = store.metrics(job_id)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    [measured] = [r for r in rows if "recovered_from" in r]
+    assert (measured["step"], measured["resumed_from"]) == (8, 7)
+    assert (measured["recovered_from"], measured["lost_steps"]) == ("recovery", 0)
 
 
 def test_a_recovery_names_the_step_the_survivors_reached_not_the_lagging_stores(store):
