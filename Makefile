@@ -46,7 +46,7 @@ test: $(STAMP) $(LEAN)/.installed
 	exit $$status
 
 # 100 jobs of 4 tenants under faults, through two replicas on Postgres (127.0.0.1:5432) whose
-# leader is killed twice among them (tests/soak, about 6.5 minutes): out of `make test`; .ci/run
+# leader is killed twice among them (tests/soak, about 5.5 minutes): out of `make test`; .ci/run
 # runs it after the suite.
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -rP -m soak tests/soak  # -rP: the report, passed or not

@@ -38,7 +38,9 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.soak]
 
 
 def test_a_hundred_jobs_of_four_tenants_survive_the_chaos_thread(tmp_path):
-    plan = SoakPlan(seed=17, jobs=100, submit_over_s=60, sigkills=6, sigterms=3,
+    # Submitted over 300 s: the faults, one after another, find jobs running until the last
+    # (over 60 s, faster jobs had all ended before the last four came: "no running job to hit")
+    plan = SoakPlan(seed=17, jobs=100, submit_over_s=300, sigkills=6, sigterms=3,
                     serve_restarts=0, leader_kills=2, replicas=2, disk_fills=1, bad_data_jobs=2,
                     fault_gap_s=5, drain_timeout_s=420)
     result = run_soak(plan, tmp_path)
