@@ -15,16 +15,13 @@ counter of the process, these start from 0 when the control plane starts.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
 
+from service.observability.phase_counters import ScrapedJobCounters
 from service.observability.usage import job_cost
 from service.scheduling.cost import flavor_key
-from service.states import NOT_FINAL
-from service.store.models import utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -49,49 +46,20 @@ class CostTally:
         self._counted.pop(job_id, None)
 
 
-class CostCollector(Collector):
-    """The counters of a supervisor's jobs, brought up to date at each scrape."""
+class CostCollector(ScrapedJobCounters):
+    """The cost of a supervisor's jobs, brought up to date at each scrape."""
+
+    WHAT = "the tenants' cost"
 
     def __init__(self, store, now: datetime | None = None):
-        self.store = store
-        self.began = now or utcnow()
+        super().__init__(store, now)
         self.tally = CostTally()
-        self._looked = self.began  # the previous scrape's start
-        self._finished: dict[str, datetime] = {}  # job id -> finished_at, while it may be read again
-        self._lock = threading.Lock()  # two scrapes at once count once
 
-    def describe(self):
-        return [self._family()]
-
-    def collect(self):
-        with self._lock:
-            try:
-                self.update(utcnow())
-            except Exception:  # the store is gone: say so in the log, keep what was counted
-                logger.exception("metrics: cannot count the tenants' cost")
-            family = self._family()
-            for (tenant, flavor), cost in sorted(self.tally.totals.items()):
-                family.add_metric([tenant, flavor], cost)
-        return [family]
-
-    def update(self, now: datetime) -> None:
-        """Count every job that may have held workers since the previous look
-        (as `PhaseSecondsCollector.update` picks them)."""
-        jobs = [job for job in self.store.jobs_changed_since(self._looked, NOT_FINAL)
-                if job.finished_at is None or job.finished_at >= self._looked]
-        if jobs:
-            events = self.store.events_of(job.id for job in jobs)
-            prices = self.store.flavors.price_history()
-            for job in jobs:
-                cost = job_cost(job, events.get(job.id, []), self.began, now, prices)
-                self.tally.count(job.id, job.tenant, job.spec.resources_per_worker.flavor, cost)
-                if job.finished_at is not None:
-                    self._finished[job.id] = job.finished_at
-        for job_id, finished in list(self._finished.items()):
-            if finished < now:  # the next look leaves it alone: its cost is final
-                self.tally.forget(job_id)
-                del self._finished[job_id]
-        self._looked = now
+    def count(self, jobs: list, events: dict, now: datetime) -> None:
+        prices = self.store.flavors.price_history()
+        for job in jobs:
+            cost = job_cost(job, events.get(job.id, []), self.began, now, prices)
+            self.tally.count(job.id, job.tenant, job.spec.resources_per_worker.flavor, cost)
 
     @staticmethod
     def _family() -> CounterMetricFamily:

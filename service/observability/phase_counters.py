@@ -28,6 +28,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
@@ -66,14 +67,20 @@ class PhaseTally:
         self._counted.pop(job_id, None)
 
 
-class PhaseSecondsCollector(Collector):
-    """The counters of a supervisor's jobs, brought up to date at each scrape."""
+class ScrapedJobCounters(Collector):
+    """Counters of a supervisor's jobs, brought up to date at each scrape:
+    each look counts every job that may have accrued since the previous one
+    (`count`, the subclass's), and forgets a job once a look has seen it
+    final. The subclass gives its `tally` (`totals` by label pair, `forget`),
+    its `_family()` and what it counts (`WHAT`, for the log)."""
+
+    WHAT = "the jobs"
+    tally: Any  # totals by label pair, forget(job_id)
 
     def __init__(self, store, now: datetime | None = None):
         self.store = store
-        began = now or utcnow()
-        self.tally = PhaseTally(began.timestamp())
-        self._looked = began  # the previous scrape's start
+        self.began = now or utcnow()
+        self._looked = self.began  # the previous scrape's start
         self._finished: dict[str, datetime] = {}  # job id -> finished_at, while it may be read again
         self._lock = threading.Lock()  # two scrapes at once count once
 
@@ -85,24 +92,23 @@ class PhaseSecondsCollector(Collector):
             try:
                 self.update(utcnow())
             except Exception:  # the store is gone: say so in the log, keep what was counted
-                logger.exception("metrics: cannot count the jobs' phases")
+                logger.exception("metrics: cannot count %s", self.WHAT)
             family = self._family()
-            for (tenant, phase), seconds in sorted(self.tally.totals.items()):
-                family.add_metric([tenant, phase], seconds)
+            for labels, value in sorted(self.tally.totals.items()):
+                family.add_metric(list(labels), value)
         return [family]
 
     def update(self, now: datetime) -> None:
-        """Count every job that may have accrued time since the previous look:
+        """Count every job that may have accrued since the previous look:
         those not final, and those that ended since (the first look that sees
         one final counts its last stretch). One that ended before the
         previous look was seen final by it, or ended before this process
         began counting, and is left alone."""
         jobs = [job for job in self.store.jobs_changed_since(self._looked, NOT_FINAL)
                 if job.finished_at is None or job.finished_at >= self._looked]
-        events = self.store.events_of(job.id for job in jobs)
+        if jobs:
+            self.count(jobs, self.store.events_of(job.id for job in jobs), now)
         for job in jobs:
-            rows = phase_rows(self.store, job)
-            self.tally.count(job.id, job.tenant, phase_intervals(job, events.get(job.id, []), rows, now))
             if job.finished_at is not None:
                 self._finished[job.id] = job.finished_at
         for job_id, finished in list(self._finished.items()):
@@ -110,6 +116,28 @@ class PhaseSecondsCollector(Collector):
                 self.tally.forget(job_id)
                 del self._finished[job_id]
         self._looked = now
+
+    def count(self, jobs: list, events: dict, now: datetime) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        raise NotImplementedError
+
+
+class PhaseSecondsCollector(ScrapedJobCounters):
+    """The phase seconds of a supervisor's jobs, brought up to date at each scrape."""
+
+    WHAT = "the jobs' phases"
+
+    def __init__(self, store, now: datetime | None = None):
+        super().__init__(store, now)
+        self.tally = PhaseTally(self.began.timestamp())
+
+    def count(self, jobs: list, events: dict, now: datetime) -> None:
+        for job in jobs:
+            rows = phase_rows(self.store, job)
+            self.tally.count(job.id, job.tenant, phase_intervals(job, events.get(job.id, []), rows, now))
 
     @staticmethod
     def _family() -> CounterMetricFamily:

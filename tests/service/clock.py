@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 # the modules that read `utcnow` for what these tests time
 PATCHED = ("service.store.store", "service.store.flavors", "service.control.views",
-           "service.observability.cost_counters")
+           "service.observability.phase_counters")  # the scraped counters' clock
 
 
 class TestClock:
