@@ -183,14 +183,17 @@ class RankActor:
         the group's new process group and starts from the snapshot the plan
         names (recovery in place), not from the checkpoint."""
         self._timeline.setdefault("engine_imported", time.time())
-        self._metrics, self._state, self._error = [], "running", None
+        # An earlier training's trainer and snapshots go before this one says it
+        # runs: a status read between the two would give the old step as this one's.
+        self._trainer = None
+        if rejoin is None:  # a training from its start: an earlier one's snapshots are not its
+            self._own, self._held = [], {}
+        self._metrics, self._error = [], None
         self._training = (spec, checkpoint, stop_after)
         self._stop_requested = False
         if rejoin is not None:
             self._rejoin.put(rejoin)
-        else:  # a training from its start: an earlier one's snapshots on this actor are not its
-            self._own, self._held = [], {}
-        self._trainer = None  # an earlier training's: its step is not this one's
+        self._state = "running"
         try:
             rows, self._state = ENTRY_POINTS[spec.kind](self, spec, checkpoint, stop_after)
         except BaseException as e:  # DCP's CheckpointException is a BaseException
