@@ -617,8 +617,9 @@ class TrainingRun:
                     raise
                 try:
                     self.recoveries.append(self._group.recover([e.rank]))
-                except CannotRecover:
+                except CannotRecover as why:
                     self._group.shutdown()
+                    e.add_note(f"not recovered in place: {why}")
                     raise e from None
 
     def progress(self) -> list[dict]:

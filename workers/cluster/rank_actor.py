@@ -225,7 +225,8 @@ class RankActor:
                     self._metrics = [{**row, "replayed": True}
                                      for row in self._trainer.state.unrecorded()]
                 rows = self._trainer.run(self._record, stop_after, should_stop=self._should_stop,
-                                         on_snapshot=self._sender.send if in_place else None)
+                                         on_snapshot=self._sender.send if in_place else None,
+                                         delivered=self._sender.delivered if in_place else None)
                 by_step.update((row["step"], row) for row in rows)
                 if self._trainer.stop_reason != "move":
                     break
@@ -331,14 +332,16 @@ class RankActor:
 
     def holdings(self) -> dict:
         """The steps of the snapshots this rank holds: its own and its peers'
-        (workers/cluster/in_place.py `Holdings`), whether it waits to rejoin, and
-        the step its training had reached (None before it built one)."""
+        (workers/cluster/in_place.py `Holdings`), whether it waits to rejoin,
+        the step its training had reached (None before it built one), and the
+        step of its own copy on its way to its peer (`sending`, None when none)."""
         trainer = getattr(self, "_trainer", None)
         own = trainer.snapshots if trainer is not None and trainer.snapshots else self._own
         return {"rank": self.rank, "own": tuple(snapshot.step for snapshot in own),
                 "held": {rank: p.step for rank, p in self._held.items()},
                 "state": self._state, "generation": self._generation,
-                "step": trainer.step if trainer is not None else None}
+                "step": trainer.step if trainer is not None else None,
+                "sending": self._sender.in_flight}
 
     def _prepare(self, spec: JobSpec, checkpoint: CheckpointTarget | None,
                  stop_after: int | None) -> tuple[list[dict], str]:

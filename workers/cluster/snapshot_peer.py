@@ -8,7 +8,9 @@ to the peer rank's actor while training goes on: Ray copies the payload
 into its object store while the snapshot is lent, so the next capture waits for
 that copy and never overwrites buffers still being read (`Snapshot.lend`).
 One send at a time: a snapshot taken while the previous one is still waiting
-to go replaces it in the queue (the peer wants the newest).
+to go replaces it in the queue (the peer wants the newest). The ranks capture
+the next snapshot only once every rank's latest copy has arrived (`delivered`,
+agreed on by the train loop: workers/engine/trainer.py `Trainer.run`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class SnapshotSender:
         self._cond = threading.Condition()
         self._pending: Any = None  # a lease on the newest snapshot not yet sent
         self._sending = False  # a copy on its way
+        self.in_flight: int | None = None  # the step of the copy on its way, while it is
+        self._failed = False  # the latest copy did not reach the peer
         self._thread: threading.Thread | None = None
 
     def send(self, snapshot: Any) -> None:
@@ -77,6 +81,7 @@ class SnapshotSender:
                     self._cond.wait()
                 lease, self._pending = self._pending, None
                 self._sending = True
+                self.in_flight = lease.payload.step
             peer = self._rank._peer
             try:
                 if peer is None:
@@ -86,14 +91,22 @@ class SnapshotSender:
                 finally:
                     lease.release()
                 ray.get(peer.hold_snapshot.remote(self._rank.rank, ref), timeout=SEND_TIMEOUT_S)
+                self._failed = False
             except Exception as e:  # the peer gone: the group's recovery deals with it
+                self._failed = True
                 logger.warning("rank %d: snapshot copy to its peer failed: %s: %s", self._rank.rank,
                                type(e).__name__, e)
             finally:
                 lease.release()  # released once (a second release does nothing)
                 with self._cond:
-                    self._sending = False
+                    self._sending, self.in_flight = False, None
                     self._cond.notify_all()
+
+    def delivered(self) -> bool:
+        """Whether the latest snapshot queued is with the peer: nothing waits
+        to go or is on its way, and the last copy sent arrived."""
+        with self._cond:
+            return self._pending is None and not self._sending and not self._failed
 
     def flush(self, timeout_s: float = SEND_TIMEOUT_S) -> bool:
         """Wait until every snapshot queued has gone to the peer (or failed to);

@@ -137,6 +137,8 @@ class Trainer:
         # (why two: docs/architecture.md "Recovery in place"); a rank that
         # rejoins hands its trainer's over (`snapshots`), their buffers reused.
         self.snapshot_every = spec.checkpoint.memory_every_steps
+        self.snapshots_skipped = 0  # captures due while a rank's previous copy was on its way
+        self._handed_over = False  # this trainer's run handed a snapshot to `on_snapshot`
         self._snapshots = list(snapshots or [])[:2]
         while len(self._snapshots) < 2:
             self._snapshots.append(Snapshot(self.device))
@@ -304,6 +306,7 @@ class Trainer:
         stop_after: int | None = None,
         should_stop: Callable[[], int] | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        delivered: Callable[[], bool] | None = None,
     ) -> list[dict]:
         """Step to the end of the job, or to `stop_after`, or until
         `should_stop()` says so on any rank (then checkpoint, so a later run
@@ -322,7 +325,13 @@ class Trainer:
         every `checkpoint.memory_every_steps` (`snapshot_every`) at the step's
         end, after its row is recorded and any save, and hands it the
         trainer's one `Snapshot` (to lend to a peer). Without it, none is
-        taken: nothing would hold them."""
+        taken: nothing would hold them. With `delivered` (whether this
+        rank's latest snapshot handed over has reached its peer), a capture
+        is due only where every rank's has (the ranks agree): otherwise it is
+        skipped (`snapshots_skipped`) and tried again an interval later. A
+        rank's snapshot that replaces its previous one before every copy of
+        that is held would leave no step that every rank has in a live
+        process (docs/architecture.md "Recovery in place")."""
         end = self.spec.train.steps
         stop = end if stop_after is None else min(stop_after, end)
         history: list[dict] = []
@@ -355,7 +364,7 @@ class Trainer:
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
                     metrics.update(self.checkpoints.save(blocking=final))
                 if on_snapshot is not None:
-                    self._snapshot_due(on_snapshot, history, metrics)
+                    self._snapshot_due(on_snapshot, delivered, history, metrics)
                 if self.stop_reason == "move" and self.step == stop and (
                         self.snapshot is None or self.snapshot.step != self.step):
                     self._capture()  # where the group goes on from: nothing redone
@@ -370,14 +379,23 @@ class Trainer:
                 self.checkpoints.close()
         return history
 
-    def _snapshot_due(self, on_snapshot: Callable[[Snapshot], None], history: list[dict],
+    def _snapshot_due(self, on_snapshot: Callable[[Snapshot], None],
+                      delivered: Callable[[], bool] | None, history: list[dict],
                       metrics: dict) -> None:
-        """Capture on the interval; where it is automatic, measure it first,
-        once this run has taken MEASURED_AFTER steps."""
+        """Capture on the interval, where every rank's previous copy has
+        arrived; where the interval is automatic, measure it first, once this
+        run has taken MEASURED_AFTER steps."""
         if self.snapshot_every is None and len(history) + 1 == MEASURED_AFTER:
             self.snapshot_every = self._measure_snapshot_interval([*history, metrics])
-        if self.snapshot_every and self.step % self.snapshot_every == 0:
-            on_snapshot(self._capture())
+        if not (self.snapshot_every and self.step % self.snapshot_every == 0):
+            return
+        if delivered is not None and self._handed_over:
+            waiting = self._max_over_ranks(int(not delivered()))  # any rank's copy still on its way
+            if waiting:
+                self.snapshots_skipped += 1
+                return
+        on_snapshot(self._capture())
+        self._handed_over = True
 
     def _measure_snapshot_interval(self, rows: list[dict]) -> int:
         """`automatic_interval` of one capture (the second at this step: the

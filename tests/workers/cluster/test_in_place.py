@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from tests.waiting import alive, wait_until
 from workers.cluster.errors import RankLostError, WorkerGroupError
 from workers.cluster.group import WorkerGroup
+from workers.cluster.in_place import CannotRecover
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -212,3 +213,96 @@ class BundleSitter:
 
     def ping(self) -> bool:
         return True
+
+
+# A model whose snapshot (weights and Adam's moments, some MB) takes its peer a
+# moment to take in: the copy's way is a window a kill can land in.
+WIDE = {
+    "model": {"n_layers": 2, "d_model": 256, "n_heads": 4, "seq_len": 16},
+    "data": {"source": "synthetic"},
+    "train": {"steps": 40, "global_batch_size": 4, "lr": 1e-3},
+    "checkpoint": {"every_steps": 0, "memory_every_steps": EVERY},
+}
+
+
+def test_a_rank_killed_while_its_copy_goes_to_its_peer_restores_the_step_before(fork_pool):
+    # Rank 1 is killed as soon as it is seen sending its copy of a step: the
+    # peer's copy is the previous one, so the group goes back to the step
+    # before (the newest that every rank has), and the curve is the same.
+    with WorkerGroup(2, pool=fork_pool) as group:
+        straight = group.train(WIDE)[0]
+        run = group.start_training(WIDE)
+        kills: list[tuple[int, int]] = []  # (the step of the copy on its way, survivor pid)
+
+        def kill_mid_copy():
+            # Up to three kills, one per recovery: one that lands mid-copy is enough.
+            for n in range(3):
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    try:
+                        seen = ray.get(group.actors[1].holdings.remote(), timeout=10)
+                    except Exception:  # the replacement not answering yet
+                        seen = {}
+                    sending, step = seen.get("sending"), seen.get("step")
+                    # (a copy of this training's: one of the run before may still be on its way)
+                    if seen.get("state") == "running" and sending and step and 2 * EVERY <= sending <= step:
+                        survivor = group.node_infos[0].pid
+                        os.kill(group.node_infos[1].pid, signal.SIGKILL)
+                        kills.append((seen["sending"], survivor))
+                        break
+                    time.sleep(0.002)
+                else:
+                    return
+                if not wait_until(lambda n=n: len(run.recoveries) > n, 120):
+                    return
+                if run.recoveries[n].step < kills[n][0]:
+                    return  # the copy on its way did not count: what this test is after
+
+        killer = threading.Thread(target=kill_mid_copy, daemon=True)
+        killer.start()
+        per_rank = None
+        for _ in range(960):
+            per_rank = run.wait(timeout_s=0.25)
+            if per_rank is not None:
+                break
+        killer.join(10)
+        rows = run.progress()
+        survivor_now = group.node_infos[0].pid
+    assert per_rank is not None and kills, "no copy of rank 1's was ever seen on its way"
+    assert [r.ranks for r in run.recoveries] == [[1]] * len(kills)
+    sent, survivor = kills[-1]
+    assert run.recoveries[-1].step < sent, (
+        f"no kill landed while a copy was on its way: {kills}, {run.recoveries}")
+    assert survivor_now == survivor and alive(survivor)
+    assert [m["step"] for m in rows] == list(range(1, 41))
+    assert [m["loss"] for m in rows] == [m["loss"] for m in straight]
+    assert per_rank[1][-1]["loss"] == straight[-1]["loss"]
+
+
+def test_a_second_failure_during_a_recovery_falls_back(fork_pool):
+    # Rank 1 is lost; its replacement is killed as soon as it is placed, while
+    # the ranks form their new process group: the recovery gives up, saying
+    # why, for the whole-group restart from disk.
+    with WorkerGroup(2, pool=fork_pool) as group:
+        group.start_training(JOB)
+        assert wait_until(lambda: rank_step(group, 0) >= 2 * EVERY + 1, 120)
+        first = group.node_infos[1].pid
+        os.kill(first, signal.SIGKILL)  # recovered by the driver itself, as the runner does
+        killed: list[int] = []
+
+        def kill_the_replacement():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                info = group.node_infos[1]
+                if info is not None and info.pid != first:
+                    os.kill(info.pid, signal.SIGKILL)
+                    killed.append(info.pid)
+                    return
+                time.sleep(0.001)
+
+        killer = threading.Thread(target=kill_the_replacement, daemon=True)
+        killer.start()
+        with pytest.raises(CannotRecover, match="second failure during the recovery"):
+            group.recover([1])
+        killer.join(10)
+        assert killed

@@ -152,6 +152,21 @@ def test_no_snapshot_is_taken_without_a_consumer_or_with_the_option_off(one_rank
     assert off.snapshot is None and taken == []
 
 
+def test_a_capture_waits_an_interval_while_a_copy_is_still_on_its_way(one_rank):
+    # The previous copy not yet with the peer: the capture due is skipped, not
+    # taken over the older snapshot (which the peer's copy may still pair with).
+    from workers.engine.trainer import Trainer
+
+    taken: list[int] = []
+    arrived = {4: False, 6: True, 8: True, 10: False, 12: True}  # asked at each step due after the first
+    trainer = Trainer(job(steps=12))
+    trainer.run(on_snapshot=lambda snapshot: taken.append(snapshot.step),
+                delivered=lambda: arrived[trainer.step])
+    assert taken == [2, 6, 8, 12]  # 4 and 10 skipped
+    assert trainer.snapshots_skipped == 2
+    assert [kept.step for kept in trainer.snapshots] == [12, 8]
+
+
 def test_the_automatic_interval_is_measured_once_and_then_kept(one_rank):
     from workers.engine.trainer import Trainer
 
