@@ -24,7 +24,7 @@ from service.observability.goodput import Goodput, job_goodput
 from service.observability.usage import TenantUsage, phase_rows, usage_by_tenant
 from service.run.budget_gate import period_costs
 from service.run.launch import group_name
-from service.run.ray_cluster import cluster_capacity, group_workers, ray_unready
+from service.run.ray_cluster import cluster_capacity, group_workers, live_node_labels, ray_unready
 from service.scheduling import Resources
 from service.scheduling.budget import next_period_start, period_start
 from service.states import ACTIVE
@@ -170,6 +170,11 @@ class ControlViews:
                                                                "rank": placed["rank"]})
         return [(node.with_flavor(flavors), ranks.get(node.node_id, []))
                 for node in cluster_nodes()]
+
+    def live_node_labels(self) -> dict[str, dict[str, str]]:
+        """The live nodes' labels, by a name that says which node (what a
+        flavor put is checked against: `FlavorStore.put`)."""
+        return live_node_labels()
 
     # -- this replica -----------------------------------------------------------------
 

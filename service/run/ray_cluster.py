@@ -29,7 +29,7 @@ import ray
 
 from workers.cluster import nodes
 from workers.cluster.errors import CapacityError
-from workers.cluster.node_view import NodeView
+from workers.cluster.node_view import ClusterUnreachableError, NodeView
 from workers.cluster.placement import bundle_of, check_capacity
 from workers.cluster.pool import find_assigned
 from workers.cluster.rank_info import RankInfo
@@ -217,6 +217,20 @@ def never_fits(workers: int, cpu: float, gpu: float, placement: str,
     except CapacityError as e:
         return str(e)
     return ""
+
+
+def live_node_labels() -> dict[str, dict[str, str]]:
+    """The live nodes' labels, each by what names the node to a person ("<its
+    id's first 12> (<address>)"); none where this process has not joined a
+    cluster (ClusterUnreachableError where Ray does not answer)."""
+    if not ray.is_initialized():
+        return {}
+    try:
+        return {f"{node['NodeID'][:12]} ({node.get('NodeManagerAddress', '?')})":
+                dict(node.get("Labels") or {}) for node in _live()}
+    except Exception as e:  # noqa: BLE001  # Ray's GCS: any failure is "not now"
+        raise ClusterUnreachableError(f"the cluster's nodes not read: {type(e).__name__}: {e}") \
+            from e
 
 
 def _live(labels: Mapping[str, str] | None = None) -> list[dict]:
