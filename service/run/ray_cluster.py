@@ -34,7 +34,7 @@ from workers.cluster.placement import bundle_of, check_capacity
 from workers.cluster.pool import find_assigned
 from workers.cluster.rank_info import RankInfo
 from workers.engine.distributed import LOOPBACK, free_port
-from workers.schema.flavor import matches
+from workers.schema.flavor import flavor_of_node, matches
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "brigade"
@@ -287,9 +287,12 @@ def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset(),
 def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
                       exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
     """Each flavor's capacity (name -> its labels): the CPUs and GPUs of the
-    live, not draining nodes that have all its labels, less those `exclude`d
-    ("cpu", "gpu"), and what Ray has free of them now ("free_cpu",
-    "free_gpu": less every bundle reserved there, a job of no flavor's too)."""
+    live, not draining nodes of the flavor, less those `exclude`d ("cpu",
+    "gpu"), and what Ray has free of them now ("free_cpu", "free_gpu": less
+    every bundle reserved there, a job of no flavor's too). A node with the
+    labels of several flavors counts once, in the flavor it is of
+    (`flavor_of_node`: the one with the most labels, then the first by name),
+    as `GET /v1/cluster/nodes` shows it."""
     if not flavors:
         return {}
     exclude = set(exclude) | set(draining_nodes())
@@ -303,15 +306,30 @@ def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
         if node["NodeID"] in exclude:
             continue
         free = (available or {}).get(node["NodeID"], {})
-        for name, labels in flavors.items():
-            if matches(labels, node.get("Labels") or {}):
-                for ours, theirs in (("cpu", "CPU"), ("gpu", "GPU")):
-                    amounts[name][ours] += node["Resources"].get(theirs, 0.0)
-                    amounts[name][f"free_{ours}"] += free.get(theirs, 0.0)
+        name = flavor_of_node(flavors, node.get("Labels") or {})
+        if name is not None:
+            for ours, theirs in (("cpu", "CPU"), ("gpu", "GPU")):
+                amounts[name][ours] += node["Resources"].get(theirs, 0.0)
+                amounts[name][f"free_{ours}"] += free.get(theirs, 0.0)
     if available is None:
         for amount in amounts.values():
             amount["free_cpu"], amount["free_gpu"] = amount["cpu"], amount["gpu"]
     return amounts
+
+
+def node_flavors(flavors: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The flavor (name -> its labels) of each live node of one, by node id
+    (`flavor_of_node`, as `flavor_capacities` counts it); none where this
+    process has not joined a cluster or Ray does not answer now."""
+    if not flavors or not ray.is_initialized():
+        return {}
+    try:
+        nodes = _live()
+    except Exception as e:  # noqa: BLE001  # not known now: no rank is placed on a flavor
+        logger.warning("the nodes' flavors not read: %s: %s", type(e).__name__, e)
+        return {}
+    found = {node["NodeID"]: flavor_of_node(flavors, node.get("Labels") or {}) for node in nodes}
+    return {node_id: name for node_id, name in found.items() if name is not None}
 
 
 def worker_memory_bytes(cpu: float, gpu: float,
