@@ -1,8 +1,9 @@
 """Resource flavors (the admin key only): put one (made, or replaced whole;
 refused with 409 where a live node would be of it and of another flavor),
 list, look at, delete (refused with 409 while an unfinished job asks for
-it, naming the jobs, or a tenant's quota names it, naming the tenants). A flavor is a kind of node, named by the Ray node
-labels it has (`service.store.flavors`); a job asks for one by name
+it, naming the jobs, or a tenant's quota names it, naming the tenants). A
+flavor is a kind of node, named by the Ray node labels it has
+(`service.store.flavors`); a job asks for one by name
 (`resources_per_worker.flavor`) and its ranks run only on matching nodes.
 Each change is audited (`flavor.put`, `flavor.delete`)."""
 
