@@ -289,7 +289,8 @@ def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
     """Each flavor's capacity (name -> its labels): the CPUs and GPUs of the
     live, not draining nodes of the flavor, less those `exclude`d ("cpu",
     "gpu"), and what Ray has free of them now ("free_cpu", "free_gpu": less
-    every bundle reserved there, a job of no flavor's too). A node with the
+    every bundle reserved there, a job of no flavor's too), and how many
+    nodes ("nodes"). A node with the
     labels of several flavors counts once, in the flavor it is of
     (`flavor_of_node`: the one with the most labels, then the first by name),
     as `GET /v1/cluster/nodes` shows it."""
@@ -300,7 +301,7 @@ def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
         available = ray._private.state.state.available_resources_per_node()
     except Exception:  # noqa: BLE001  # not known now: the totals alone bound admission
         available = None
-    amounts = {name: dict.fromkeys(("cpu", "gpu", "free_cpu", "free_gpu"), 0.0)
+    amounts = {name: dict.fromkeys(("cpu", "gpu", "free_cpu", "free_gpu", "nodes"), 0.0)
                for name in flavors}
     for node in _live():
         if node["NodeID"] in exclude:
@@ -308,6 +309,7 @@ def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
         free = (available or {}).get(node["NodeID"], {})
         name = flavor_of_node(flavors, node.get("Labels") or {})
         if name is not None:
+            amounts[name]["nodes"] += 1
             for ours, theirs in (("cpu", "CPU"), ("gpu", "GPU")):
                 amounts[name][ours] += node["Resources"].get(theirs, 0.0)
                 amounts[name][f"free_{ours}"] += free.get(theirs, 0.0)

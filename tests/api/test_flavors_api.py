@@ -198,3 +198,40 @@ def test_a_put_whose_labels_a_live_node_has_with_another_flavors_is_a_409(http, 
     error = answer.json()["error"]
     assert error["field"] == "labels" and first in error["message"] and node in error["message"]
     assert put(http, second, labels={"market": "on-demand"}).status_code == 200
+
+
+def test_the_cluster_shows_each_flavors_capacity_and_use(http, as_key, store, monkeypatch):
+    """A made-up cluster (no Ray): the flavor's 2 nodes hold 4 CPUs; a job of the flavor
+    holds 2 workers there, a job of no flavor has 1 of its 2 ranks there."""
+    from service.states import JobState as S
+    from workers.schema import JobSpec
+
+    flavor = name()
+    assert put(http, flavor).status_code == 200
+    monkeypatch.setattr("service.control.views.cluster_capacity",
+                        lambda **_: {"cpu": 8.0, "gpu": 0.0})
+    monkeypatch.setattr("service.control.views.flavor_capacities", lambda flavors: {
+        f: {"cpu": 4.0, "gpu": 0.0, "free_cpu": 1.0, "free_gpu": 0.0, "nodes": 2} for f in flavors})
+    monkeypatch.setattr("service.control.views.node_flavors", lambda flavors: {"node-f": flavor})
+    monkeypatch.setattr("service.control.views.group_workers", lambda group, n, **_: [
+        {"rank": 0, "node": "10.0.0.1", "node_id": "node-f", "pid": 1, "state": "running"},
+        {"rank": 1, "node": "10.0.0.2", "node_id": "node-other", "pid": 2, "state": "running"}])
+    jobs = []
+    for resources in ({"cpu": 1, "flavor": flavor}, {"cpu": 1}):
+        spec = JobSpec.model_validate({**SPEC, "workers": 2, "resources_per_worker": resources})
+        job, _ = store.create_job(tenant="admin", name="j", spec=spec)
+        store.transition(job.id, S.STARTING, reason="test", workers=2)
+        jobs.append(store.transition(job.id, S.RUNNING, reason="test"))
+    try:
+        tenant = http.post("/v1/tenants", json={"name": name("t")}).json()
+        for caller in (http, as_key(tenant["api_key"])):  # a tenant sees it too (no job named)
+            answer = caller.get("/v1/cluster")
+            assert answer.status_code == 200, answer.text
+            shown = {row["flavor"]: row for row in answer.json()["flavors"]}
+            assert shown[flavor] == {
+                "flavor": flavor, "nodes": 2, "capacity": {"cpu": 4.0, "gpu": 0.0},
+                "usage": {"cpu": 3.0, "gpu": 0.0}, "free": {"cpu": 1.0, "gpu": 0.0},
+                "workers": 3, "jobs": 2, "workers_of_no_flavor": 1}
+    finally:
+        for job in jobs:
+            store.transition(job.id, S.FAILED, reason="test")

@@ -37,6 +37,8 @@ def test_a_node_of_several_flavors_counts_once_in_the_one_it_is_shown_of(cluster
         "a100": (8.0, 8.0), "a100-spot": (4.0, 1.0), "cpu": (2.0, 2.0), "zone-b": (0.0, 0.0)}
     # every flavored node counted once: the flavors' totals add up to those nodes'
     assert sum(a["cpu"] for a in amounts.values()) == 8.0 + 4.0 + 2.0
+    assert {name: a["nodes"] for name, a in amounts.items()} == {
+        "a100": 1, "a100-spot": 1, "cpu": 1, "zone-b": 0}
 
 
 def test_each_live_nodes_flavor_by_id(cluster):
