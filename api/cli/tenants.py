@@ -27,6 +27,11 @@ Budget = Annotated[str | None, typer.Option(
     metavar="LIMIT/PERIOD", help="the most its jobs may cost a period (day, week or month), at the "
     "flavors' prices, e.g. 100/month; once spent its queued jobs wait for the next period")]
 
+FlavorQuotas = Annotated[list[str] | None, typer.Option(
+    "--flavor-quota", metavar="FLAVOR=WORKERS[:GPUS]", help=(
+        "its limits on one flavor's nodes, beside the totals, e.g. a100=8:8, a100=4, a100=:8 "
+        "(gpus alone); repeatable, a flavor that exists (`brigade flavors`)"))]
+
 tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (the admin key only).")
 
 
@@ -34,9 +39,12 @@ tenants = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (th
 def create(name: Annotated[str, typer.Argument(help="lower-case letters, digits and '-'")],
            max_workers: MaxWorkers = None, max_gpus: MaxGpus = None, max_running_jobs: MaxRunning = None,
            max_queued_jobs: MaxQueued = None, max_priority: MaxPriority = None, weight: Weight = None,
-           budget: Budget = None, url: Url = None, key: Key = None) -> None:
+           budget: Budget = None, flavor_quota: FlavorQuotas = None, url: Url = None,
+           key: Key = None) -> None:
     """Create a tenant; prints its API key (shown this once)."""
     quota = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
+    if flavor_quota:
+        quota["flavors"] = _flavor_quotas(flavor_quota)
     with connect(url, key) as client:
         _say_key(client.create_tenant(name, quota, max_priority, weight, _budget(budget)), "created")
 
@@ -68,11 +76,16 @@ def update(tenant_id: TenantId, max_workers: MaxWorkers = None, max_gpus: MaxGpu
                help="lift this limit, e.g. max_gpus (repeatable)")] = None,
            max_priority: MaxPriority = None, weight: Weight = None, budget: Budget = None,
            no_budget: Annotated[bool, typer.Option("--no-budget", help="remove its budget")] = False,
+           flavor_quota: FlavorQuotas = None,
+           no_flavor_quota: Annotated[list[str] | None, typer.Option(
+               metavar="FLAVOR", help="lift its limits on this flavor (repeatable)")] = None,
            output: Output = OutputFormat.json, url: Url = None, key: Key = None) -> None:
-    """Change a tenant's quota limits, max priority, weight or budget; prints it (JSON unless
-    asked otherwise)."""
+    """Change a tenant's quota limits (of the flavors named only), max priority, weight or
+    budget; prints it (JSON unless asked otherwise)."""
     limits = _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs)
-    quota = {**limits, **dict.fromkeys(unlimit or ())} or None
+    flavors = {**dict.fromkeys(no_flavor_quota or ()), **_flavor_quotas(flavor_quota or [])}
+    quota = {**limits, **dict.fromkeys(unlimit or ()),
+             **({"flavors": flavors} if flavors else {})} or None
     with connect(url, key) as client:
         updated = client.update_tenant(tenant_id, quota, max_priority, weight, _budget(budget),
                                        no_budget=no_budget)
@@ -146,6 +159,27 @@ def _budget(text: str | None) -> dict | None:
     except ValueError:
         raise typer.BadParameter(f"{text!r} is no LIMIT/PERIOD, e.g. 100/month",
                                  param_hint="--budget") from None
+
+
+def _flavor_quotas(given: list[str]) -> dict[str, dict]:
+    """`--flavor-quota a100=8:4` as the API's `quota.flavors` ({"a100": {"max_workers": 8,
+    "max_gpus": 4}}); an empty part is no limit. The server checks the flavor exists."""
+    flavors: dict[str, dict] = {}
+    for text in given:
+        name, sep, limits = text.partition("=")
+        workers, _, gpus = limits.partition(":")
+        try:
+            parsed = {"max_workers": int(workers) if workers else None,
+                      "max_gpus": float(gpus) if gpus else None}
+        except ValueError:
+            parsed = {}
+        if not sep or not name or not parsed or all(v is None for v in parsed.values()) \
+                or any(v is not None and v < 0 for v in parsed.values()):
+            raise typer.BadParameter(
+                f"{text[:80]!r} is no FLAVOR=WORKERS[:GPUS], e.g. a100=8:8 or a100=:8",
+                param_hint="--flavor-quota")
+        flavors[name] = parsed
+    return flavors
 
 
 def _limits(max_workers, max_gpus, max_running_jobs, max_queued_jobs) -> dict:

@@ -1,6 +1,6 @@
 """The cluster as a tenant sees it (`GET /v1/cluster`,
-`api.server.routes.cluster`): capacity, what active jobs hold, and the
-caller's queued jobs with their place in line; its nodes (`GET
+`api.server.routes.cluster`): capacity, what active jobs hold (in all and
+on each flavor's nodes), and the caller's queued jobs with their place in line; its nodes (`GET
 /v1/cluster/nodes`) with the ranks on each, and a node's drain (the admin's)."""
 
 from __future__ import annotations
@@ -25,12 +25,28 @@ class QueuedJob(Public):
     expected_start_reason: str | None = None
 
 
+class FlavorUsePublic(Public):
+    """One flavor's nodes, what they hold and what active jobs hold of it. A
+    node of several flavors counts in one only: the one `GET
+    /v1/cluster/nodes` shows it of."""
+
+    flavor: str
+    nodes: int  # its live, not draining nodes
+    capacity: dict[str, float]  # "cpu", "gpu": what they hold
+    usage: dict[str, float]  # what active jobs' workers hold there
+    free: dict[str, float]  # what no active job holds there (no more than Ray has free now)
+    workers: int  # ranks of active jobs there: the flavor's jobs', and jobs' of no flavor
+    jobs: int  # active jobs with ranks there
+    workers_of_no_flavor: int  # of `workers`: ranks of jobs that asked for no flavor
+
+
 class ClusterPublic(Public):
     capacity: dict[str, float]  # "cpu", "gpu": the live nodes' totals
     usage: dict[str, float]  # what active jobs hold
     running_jobs: int  # active jobs (holding workers), every tenant's
     queued_jobs: int  # queued jobs, every tenant's
     queue: list[QueuedJob]  # the caller's own queued jobs, with their place in line
+    flavors: list[FlavorUsePublic] = Field(default_factory=list)  # each flavor's, by name
 
 
 class NodeRank(Public):

@@ -110,6 +110,14 @@ class TenantsPublic(BaseModel):
     total: int
 
 
+class FlavorHeldPublic(Public):
+    """What a tenant's active jobs of one flavor hold."""
+
+    workers: int = 0
+    cpu: float = 0.0
+    gpu: float = 0.0
+
+
 class TenantSharePublic(Public):
     tenant: str
     weight: float
@@ -123,6 +131,8 @@ class TenantSharePublic(Public):
     entitled: float  # weight over the weights of the tenants wanting something now
     service: float  # dominant share-seconds over the fair-share window (latest pass)
     data_prefix: str | None = None  # where its data goes
+    # what its active jobs of each flavor hold, against `quota.flavors`
+    flavors: dict[str, FlavorHeldPublic] = Field(default_factory=dict)
 
 
 class TenantSharesPublic(BaseModel):

@@ -26,6 +26,7 @@ from service.store.errors import (
     JobNotFound,
     JobUnfinished,
     QuotaExceeded,
+    QuotaFlavorUnknown,
     SweepNotFound,
     SweepUnfinished,
     TenantBusy,
@@ -80,6 +81,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.exception_handler(JobNotFound)(_job_not_found)
     app.exception_handler(TenantNotFound)(_tenant_not_found)
     app.exception_handler(QuotaExceeded)(_quota_exceeded)
+    app.exception_handler(QuotaFlavorUnknown)(_quota_flavor_unknown)
     app.exception_handler(TenantExists)(_tenant_conflict)
     app.exception_handler(TenantBusy)(_tenant_conflict)
     app.exception_handler(JobUnfinished)(_job_unfinished)
@@ -131,6 +133,11 @@ async def _tenant_conflict(request: Request, exc: TenantExists | TenantBusy) -> 
 
 async def _flavor_not_found(request: Request, exc: FlavorNotFound) -> JSONResponse:
     return await _api_error(request, not_found("flavor", exc.name))
+
+
+async def _quota_flavor_unknown(request: Request, exc: QuotaFlavorUnknown) -> JSONResponse:
+    """A tenant's quota with limits on a flavor that does not exist."""
+    return error_response(422, str(exc), exc.field)
 
 
 async def _flavor_conflict(request: Request, exc: FlavorConflict | FlavorInUse) -> JSONResponse:

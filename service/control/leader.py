@@ -64,7 +64,8 @@ class LeaderLoop:
         self._term: int | None = None  # the lease token the loop leads under (None: following)
         self._pool_started = False
         self._next_leftover_check = 0.0  # when groups left on the cluster are looked for next
-        self.scheduling = SchedulingPass(settings, store, checkpoints_of=storage.checkpoint_store)
+        self.scheduling = SchedulingPass(settings, store, checkpoints_of=storage.checkpoint_store,
+                                         placed_on=self._placed_on)
         self.forecasts = StartForecasts(self.scheduling, store)  # queued jobs' expected starts
         # What every job runner is handed of the control plane.
         self._control = ControlPlane(
@@ -102,6 +103,12 @@ class LeaderLoop:
         """The worker group this replica's runner of the job drives, if any."""
         runner = self._runners.get(job_id)
         return runner.group if runner else None
+
+    def _placed_on(self, job_id: str) -> list[str]:
+        """The node id of each of the job's ranks, as this replica's runner's
+        group has them (none: no runner here)."""
+        group = self.group_of(job_id)
+        return [info.node_id for info in group.node_infos] if group is not None else []
 
     def remove_leftovers(self) -> list[str]:
         """Remove the worker groups on the cluster that no job of this store
@@ -194,7 +201,8 @@ class LeaderLoop:
 
     def _begin_term(self, token: int) -> None:
         self.scheduling = SchedulingPass(self.settings, self.leader_store,  # history from the events
-                                         checkpoints_of=self.storage.checkpoint_store)
+                                         checkpoints_of=self.storage.checkpoint_store,
+                                         placed_on=self._placed_on)
         self.forecasts = StartForecasts(self.scheduling, self.store)
         self._term = token
         self.reconcile()

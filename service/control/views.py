@@ -20,12 +20,20 @@ from service.control.reach import reachable_job
 from service.control.storage import JobStorage
 from service.leadership import Leadership
 from service.observability.fair_share_view import TenantShare, tenant_shares
+from service.observability.flavor_view import FlavorUse, flavor_use
 from service.observability.goodput import Goodput, job_goodput
 from service.observability.usage import TenantUsage, phase_rows, usage_by_tenant
 from service.run.budget_gate import period_costs
 from service.run.launch import group_name
-from service.run.ray_cluster import cluster_capacity, group_workers, ray_unready
-from service.scheduling import Resources
+from service.run.ray_cluster import (
+    cluster_capacity,
+    flavor_capacities,
+    group_workers,
+    live_node_labels,
+    node_flavors,
+    ray_unready,
+)
+from service.scheduling import Demand, Resources, RunningJob
 from service.scheduling.budget import next_period_start, period_start
 from service.states import ACTIVE
 from service.states import JobState as S
@@ -154,6 +162,28 @@ class ControlViews:
                        "expected_start": self.expected_start(j.id)} for j in queued],
         }
 
+    def flavor_use(self) -> list[FlavorUse]:
+        """Each flavor's nodes, capacity and what the active jobs hold of it
+        (`service.observability.flavor_view`): a job of the flavor its
+        workers, a job of none the ranks it has there (where its runner's
+        group has them on the leader, asked of its ranks on a follower)."""
+        flavors = {flavor.name: flavor.labels for flavor in self.store.flavors.list()}
+        if not flavors:
+            return []
+        where = node_flavors(flavors)
+        running = []
+        for job in self.store.jobs_in_states(ACTIVE):
+            res = job.spec.resources_per_worker
+            on_flavors: dict[str, int] = {}
+            if res.flavor is None and where:
+                for placed in self._placed(job):
+                    if (flavor := where.get(placed["node_id"])) is not None:
+                        on_flavors[flavor] = on_flavors.get(flavor, 0) + 1
+            running.append(RunningJob(job.id, job.tenant, job.workers or 0,
+                                      Demand(job.priority, (), Resources(res.cpu, res.gpu),
+                                             res.flavor), on_flavors=on_flavors))
+        return flavor_use(flavor_capacities(flavors), running)
+
     def nodes(self, tenant: str) -> list[tuple[NodeView, list[dict]]]:
         """The cluster's nodes as Ray's GCS has them (draining ones with their
         deadline and reason, the dead ones too), each with the ranks of active
@@ -170,6 +200,11 @@ class ControlViews:
                                                                "rank": placed["rank"]})
         return [(node.with_flavor(flavors), ranks.get(node.node_id, []))
                 for node in cluster_nodes()]
+
+    def live_node_labels(self) -> dict[str, dict[str, str]]:
+        """The live nodes' labels, by a name that says which node (what a
+        flavor put is checked against: `FlavorStore.put`)."""
+        return live_node_labels()
 
     # -- this replica -----------------------------------------------------------------
 

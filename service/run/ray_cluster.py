@@ -29,12 +29,12 @@ import ray
 
 from workers.cluster import nodes
 from workers.cluster.errors import CapacityError
-from workers.cluster.node_view import NodeView
+from workers.cluster.node_view import ClusterUnreachableError, NodeView
 from workers.cluster.placement import bundle_of, check_capacity
 from workers.cluster.pool import find_assigned
 from workers.cluster.rank_info import RankInfo
 from workers.engine.distributed import LOOPBACK, free_port
-from workers.schema.flavor import matches
+from workers.schema.flavor import flavor_of_node, matches
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "brigade"
@@ -219,6 +219,20 @@ def never_fits(workers: int, cpu: float, gpu: float, placement: str,
     return ""
 
 
+def live_node_labels() -> dict[str, dict[str, str]]:
+    """The live nodes' labels, each by what names the node to a person ("<its
+    id's first 12> (<address>)"); none where this process has not joined a
+    cluster (ClusterUnreachableError where Ray does not answer)."""
+    if not ray.is_initialized():
+        return {}
+    try:
+        return {f"{node['NodeID'][:12]} ({node.get('NodeManagerAddress', '?')})":
+                dict(node.get("Labels") or {}) for node in _live()}
+    except Exception as e:  # noqa: BLE001  # Ray's GCS: any failure is "not now"
+        raise ClusterUnreachableError(f"the cluster's nodes not read: {type(e).__name__}: {e}") \
+            from e
+
+
 def _live(labels: Mapping[str, str] | None = None) -> list[dict]:
     """Ray's live nodes; with `labels`, those that have every one (a flavor's)."""
     return [node for node in ray.nodes() if node["Alive"]
@@ -273,9 +287,13 @@ def cluster_capacity(exclude: frozenset[str] | set[str] = frozenset(),
 def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
                       exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
     """Each flavor's capacity (name -> its labels): the CPUs and GPUs of the
-    live, not draining nodes that have all its labels, less those `exclude`d
-    ("cpu", "gpu"), and what Ray has free of them now ("free_cpu",
-    "free_gpu": less every bundle reserved there, a job of no flavor's too)."""
+    live, not draining nodes of the flavor, less those `exclude`d ("cpu",
+    "gpu"), and what Ray has free of them now ("free_cpu", "free_gpu": less
+    every bundle reserved there, a job of no flavor's too), and how many
+    nodes ("nodes"). A node with the
+    labels of several flavors counts once, in the flavor it is of
+    (`flavor_of_node`: the one with the most labels, then the first by name),
+    as `GET /v1/cluster/nodes` shows it."""
     if not flavors:
         return {}
     exclude = set(exclude) | set(draining_nodes())
@@ -283,21 +301,37 @@ def flavor_capacities(flavors: Mapping[str, Mapping[str, str]],
         available = ray._private.state.state.available_resources_per_node()
     except Exception:  # noqa: BLE001  # not known now: the totals alone bound admission
         available = None
-    amounts = {name: dict.fromkeys(("cpu", "gpu", "free_cpu", "free_gpu"), 0.0)
+    amounts = {name: dict.fromkeys(("cpu", "gpu", "free_cpu", "free_gpu", "nodes"), 0.0)
                for name in flavors}
     for node in _live():
         if node["NodeID"] in exclude:
             continue
         free = (available or {}).get(node["NodeID"], {})
-        for name, labels in flavors.items():
-            if matches(labels, node.get("Labels") or {}):
-                for ours, theirs in (("cpu", "CPU"), ("gpu", "GPU")):
-                    amounts[name][ours] += node["Resources"].get(theirs, 0.0)
-                    amounts[name][f"free_{ours}"] += free.get(theirs, 0.0)
+        name = flavor_of_node(flavors, node.get("Labels") or {})
+        if name is not None:
+            amounts[name]["nodes"] += 1
+            for ours, theirs in (("cpu", "CPU"), ("gpu", "GPU")):
+                amounts[name][ours] += node["Resources"].get(theirs, 0.0)
+                amounts[name][f"free_{ours}"] += free.get(theirs, 0.0)
     if available is None:
         for amount in amounts.values():
             amount["free_cpu"], amount["free_gpu"] = amount["cpu"], amount["gpu"]
     return amounts
+
+
+def node_flavors(flavors: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The flavor (name -> its labels) of each live node of one, by node id
+    (`flavor_of_node`, as `flavor_capacities` counts it); none where this
+    process has not joined a cluster or Ray does not answer now."""
+    if not flavors or not ray.is_initialized():
+        return {}
+    try:
+        nodes = _live()
+    except Exception as e:  # noqa: BLE001  # not known now: no rank is placed on a flavor
+        logger.warning("the nodes' flavors not read: %s: %s", type(e).__name__, e)
+        return {}
+    found = {node["NodeID"]: flavor_of_node(flavors, node.get("Labels") or {}) for node in nodes}
+    return {node_id: name for node_id, name in found.items() if name is not None}
 
 
 def worker_memory_bytes(cpu: float, gpu: float,

@@ -22,13 +22,19 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from service.run.budget_gate import BudgetGate
 from service.run.dependency_gate import DependencyGate
-from service.run.ray_cluster import cluster_capacity, draining_nodes, flavor_capacities, lost_nodes
+from service.run.ray_cluster import (
+    cluster_capacity,
+    draining_nodes,
+    flavor_capacities,
+    lost_nodes,
+    node_flavors,
+)
 from service.scheduling import (
     Capacity,
     Demand,
@@ -58,8 +64,12 @@ class SchedulingPass:
 
     def __init__(self, settings: Settings, store: JobStore, *,
                  checkpoints_of: Callable[[JobRecord], CheckpointStore] | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 placed_on: Callable[[str], Sequence[str]] | None = None):
         self.settings, self.store, self.clock = settings, store, clock
+        # where a job's ranks run (job id -> each rank's node id; none: not known here): a
+        # job of no flavor with ranks on a flavor's nodes holds that flavor's capacity
+        self.placed_on = placed_on
         # queued jobs that wait on jobs (`after`, `init.job`): held back, or failed
         self.dependencies = DependencyGate(store, checkpoints_of)
         # queued jobs of a tenant whose budget for the period is spent: held back
@@ -106,10 +116,12 @@ class SchedulingPass:
         """Each flavor's capacity: what its live, not draining nodes hold."""
         return self._flavor_capacities(exclude)[0]
 
-    def _flavor_capacities(self, exclude: Set[str] = frozenset()) -> tuple[
+    def _flavor_capacities(self, exclude: Set[str] = frozenset(),
+                           flavors: Mapping[str, Mapping[str, str]] | None = None) -> tuple[
             dict[str, Resources], dict[str, Resources]]:
         """Each flavor's capacity, and what Ray has free of it now."""
-        flavors = {flavor.name: flavor.labels for flavor in self.store.flavors.list()}
+        if flavors is None:
+            flavors = self._flavors()
         amounts = flavor_capacities(flavors, set(exclude))
         totals = {name: Resources(a["cpu"], a["gpu"]) for name, a in amounts.items()}
         free = {name: Resources(a["free_cpu"], a["free_gpu"]) for name, a in amounts.items()
@@ -128,8 +140,10 @@ class SchedulingPass:
         ready, held_back = self.dependencies.hold(queued_records)
         ready, over_budget = self.budget.hold(ready, tenants, datetime.fromtimestamp(now, UTC))
         held_back = {**held_back, **over_budget}
-        running = [self._running(job) for job in active]
-        flavor_totals, flavor_free = self._flavor_capacities()
+        flavors = self._flavors()
+        where = self._node_flavors(flavors, active)
+        running = [self._running(job, where) for job in active]
+        flavor_totals, flavor_free = self._flavor_capacities(flavors=flavors)
         capacity = capacity_now(total, running, flavor_totals, flavor_free)
         with self._history_lock:
             self.history.observe({job.id: (job.tenant, job.holds) for job in running}, now)
@@ -277,12 +291,33 @@ class SchedulingPass:
         return QueuedJob(job.id, job.tenant, job.created_at,
                          self._demand(job, job.requested_workers))
 
-    def _running(self, job: JobRecord) -> RunningJob:
+    def _flavors(self) -> dict[str, dict[str, str]]:
+        return {flavor.name: flavor.labels for flavor in self.store.flavors.list()}
+
+    def _node_flavors(self, flavors: Mapping[str, Mapping[str, str]],
+                      active: list[JobRecord]) -> dict[str, str]:
+        """Each live node's flavor, by id; asked of the cluster only where some
+        active job of no flavor has ranks that could be on one."""
+        if self.placed_on is None or not flavors or all(
+                self._demand(job).flavor is not None for job in active):
+            return {}
+        return node_flavors(flavors)
+
+    def _running(self, job: JobRecord, node_flavors: Mapping[str, str] | None = None) -> RunningJob:
+        """The job as the policies read it; a job of no flavor with how many
+        of its ranks run on each flavor's nodes (by `node_flavors`: node id ->
+        flavor; where its ranks run: `placed_on`)."""
         checkpoint = (job.latest_checkpoint or {}).get("step", 0)
+        demand = self._demand(job)
+        on_flavors: dict[str, int] = {}
+        if node_flavors and demand.flavor is None and self.placed_on is not None:
+            for node_id in self.placed_on(job.id):
+                if (flavor := node_flavors.get(node_id)) is not None:
+                    on_flavors[flavor] = on_flavors.get(flavor, 0) + 1
         return RunningJob(
-            job.id, job.tenant, job.workers or 0, self._demand(job),
+            job.id, job.tenant, job.workers or 0, demand,
             steps_since_checkpoint=max(0, job.step - checkpoint),
-            leaving=job.state in LEAVING,
+            leaving=job.state in LEAVING, on_flavors=on_flavors,
         )
 
     def _tenants(self, jobs: list[JobRecord]) -> dict[str, TenantPolicy]:

@@ -21,9 +21,12 @@ The rule:
   (`max_subsets`); past that, greedy: the largest releases first, then any
   victim not needed dropped again.
 - Flavors: a pending job of a flavor needs room on its flavor's nodes, so
-  only victims of that flavor make it (a victim on another flavor frees
-  nothing for it), and its tenant's quota on that flavor counts; a pending
-  job without a flavor is made room for by any victim.
+  only victims that hold some of them make it: the jobs of that flavor, and
+  the jobs without a flavor whose ranks run there (`RunningJob.on_flavors`;
+  releasing one frees what its ranks there hold). A victim on another
+  flavor's nodes alone frees nothing for it. Its tenant's quota on that
+  flavor counts (its jobs of that flavor); a pending job without a flavor
+  is made room for by any victim.
 - An elastic victim is not shrunk in place: shrinking is a checkpoint and a
   restart all the same, so it is preempted whole and comes back from the
   queue at whatever size then fits within its min..max.
@@ -126,8 +129,7 @@ class _Room:
         leaving = [job for job in running if job.leaving]
         self.free = capacity.free + Resources.total(job.holds for job in leaving)
         # a job of a flavor: its flavor's nodes too, where only that flavor's jobs make room
-        self.flavor_free = capacity.of(self.flavor).free + Resources.total(
-            job.holds for job in leaving if self.helps(job))
+        self.flavor_free = capacity.of(self.flavor).free + self._on_flavor(leaving)
         self.usage = TenantUsage()
         for job in running:
             if job.tenant == tenant.name and not job.leaving:
@@ -135,7 +137,13 @@ class _Room:
 
     def helps(self, job: RunningJob) -> bool:
         """Whether releasing `job` makes room where the pending job may run."""
-        return self.flavor is None or job.demand.flavor == self.flavor
+        return self.flavor is None or job.runs_on(self.flavor)
+
+    def _on_flavor(self, jobs: Sequence[RunningJob]) -> Resources:
+        """What `jobs` hold on the pending job's flavor's nodes."""
+        flavor = self.flavor
+        return Resources() if flavor is None else Resources.total(job.holds_on(flavor)
+                                                                  for job in jobs)
 
     def fits(self, released: Sequence[RunningJob]) -> bool:
         usage = self.usage.copy()
@@ -145,8 +153,7 @@ class _Room:
         by_quota, why = quota_limit(self.demand, self.tenant, usage)
         free = self.free + Resources.total(job.holds for job in released)
         if self.flavor is not None:
-            free = free.least(self.flavor_free + Resources.total(
-                job.holds for job in released if self.helps(job)))
+            free = free.least(self.flavor_free + self._on_flavor(released))
         return not why and min(by_quota, capacity_limit(self.demand.per_worker, free)) >= \
             self.demand.min_workers
 

@@ -167,10 +167,26 @@ class RunningJob:
     demand: Demand
     steps_since_checkpoint: int = 0  # what preempting it now would throw away
     leaving: bool = False
+    # a job of no flavor: how many of its ranks run on each flavor's nodes (by the
+    # flavor's name; where they run, as the leader's runner knows it)
+    on_flavors: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def holds(self) -> Resources:
         return self.demand.at(self.workers)
+
+    def holds_on(self, flavor: str) -> Resources:
+        """What it holds on `flavor`'s nodes: all of it for a job of that
+        flavor, none for a job of another; for a job of no flavor, what its
+        ranks there hold (`on_flavors`)."""
+        if self.demand.flavor is not None:
+            return self.holds if self.demand.flavor == flavor else Resources()
+        return self.demand.at(min(self.on_flavors.get(flavor, 0), self.workers))
+
+    def runs_on(self, flavor: str) -> bool:
+        """Whether any of its ranks hold a share of `flavor`'s nodes."""
+        return self.demand.flavor == flavor or (
+            self.demand.flavor is None and self.on_flavors.get(flavor, 0) > 0)
 
 
 def capacity_now(total: Resources, running: Iterable[RunningJob],
@@ -178,13 +194,14 @@ def capacity_now(total: Resources, running: Iterable[RunningJob],
                  flavor_free: Mapping[str, Resources] | None = None) -> Capacity:
     """The cluster's capacity (its `total`, and each flavor's nodes') with
     what the `running` jobs hold taken from free: on a flavor's nodes, what
-    its own jobs hold, and no more than `flavor_free` (what the cluster
-    says is free there now: a job without a flavor may hold some of it)."""
+    its own jobs hold and the ranks of jobs without a flavor that run there
+    (`RunningJob.holds_on`), and no more than `flavor_free` (what the
+    cluster says is free there now)."""
     running = list(running)
     free = (total - Resources.total(job.holds for job in running)).at_least_zero()
     flavors = {}
     for name, of in (flavor_totals or {}).items():
-        held = Resources.total(job.holds for job in running if job.demand.flavor == name)
+        held = Resources.total(job.holds_on(name) for job in running)
         there = (of - held).at_least_zero()
         if flavor_free is not None and name in flavor_free:
             there = there.least(flavor_free[name].at_least_zero())

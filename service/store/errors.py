@@ -78,21 +78,46 @@ class FlavorNotFound(LookupError):
 
 
 class FlavorConflict(ValueError):
-    """A flavor whose labels are another flavor's: a node would be of both."""
+    """A flavor whose labels are another flavor's, or that a live node
+    (`node`) has with the other's: a node would be of both."""
 
-    def __init__(self, name: str, other: str):
-        self.name, self.other = name, other
-        super().__init__(f"flavor {name}'s labels are flavor {other}'s: a node would be of both")
+    def __init__(self, name: str, other: str, node: str | None = None):
+        self.name, self.other, self.node = name, other, node
+        if node is None:
+            message = f"flavor {name}'s labels are flavor {other}'s: a node would be of both"
+        else:
+            message = (f"flavor {name}'s labels and flavor {other}'s are both on live node "
+                       f"{node}: it would be of both; give each kind of node labels of its own")
+        super().__init__(message)
 
 
 class FlavorInUse(RuntimeError):
-    """A flavor is not deleted while unfinished jobs ask for it."""
+    """A flavor is not deleted while unfinished jobs ask for it, nor while a
+    tenant's quota names it (`quota.flavors`)."""
 
-    def __init__(self, name: str, jobs: list[str]):
-        self.name, self.jobs = name, jobs
-        shown = ", ".join(jobs[:10]) + (f" and {len(jobs) - 10} more" if len(jobs) > 10 else "")
-        super().__init__(f"flavor {name} is used by unfinished job(s) {shown}: "
-                         "cancel them and wait for them to finish first")
+    def __init__(self, name: str, jobs: list[str], tenants: list[str] | None = None):
+        self.name, self.jobs, self.tenants = name, jobs, list(tenants or ())
+        if jobs:
+            message = (f"flavor {name} is used by unfinished job(s) {_some(jobs)}: "
+                       "cancel them and wait for them to finish first")
+        else:
+            message = (f"flavor {name} is named in the quota of tenant(s) {_some(self.tenants)}: "
+                       f"remove it there first (PATCH /v1/tenants/ID "
+                       f'{{"quota": {{"flavors": {{"{name}": null}}}}}})')
+        super().__init__(message)
+
+
+class QuotaFlavorUnknown(LookupError):
+    """A tenant's quota names a flavor that does not exist (`quota.flavors.<name>`)."""
+
+    def __init__(self, name: str, known: list[str]):
+        self.name, self.field = name, f"quota.flavors.{name}"
+        super().__init__(f"{self.field}: no flavor {name!r} (the flavors: "
+                         f"{', '.join(known) or 'none'}): put it first (PUT /v1/flavors/{name})")
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 class QuotaExceeded(RuntimeError):

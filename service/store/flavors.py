@@ -3,9 +3,12 @@
 The admin puts a flavor (`PUT /v1/flavors/{name}`: its labels, its price per
 worker-hour, a description); a job asks for one by name
 (`resources_per_worker.flavor`) and its ranks then run only on nodes with
-every one of those labels. Two flavors never have the same labels (a node
-would be of both: `FlavorConflict`). A flavor is not deleted while an
-unfinished job asks for it (`FlavorInUse`, naming the jobs).
+every one of those labels. Two flavors never have the same labels, and a
+put is refused where a live node (`nodes`, as the caller read the cluster)
+has both its labels and another flavor's (a node would be of both:
+`FlavorConflict`, naming the other and the node). A flavor is not deleted
+while an unfinished job asks for it or a tenant's quota names it
+(`FlavorInUse`, naming the jobs or the tenants).
 
 Every price a flavor has had is kept (`flavor_prices`: the price and since
 when), written when the flavor is made and whenever a put changes it, and
@@ -27,9 +30,9 @@ from service.scheduling.cost import PriceHistory
 from service.states import TERMINAL
 from service.store.engine import transaction
 from service.store.errors import FlavorConflict, FlavorInUse, FlavorNotFound
-from service.store.models import Flavor, FlavorPrice, Job, utcnow
+from service.store.models import Flavor, FlavorPrice, Job, Tenant, utcnow
 from service.store.records import FlavorRecord
-from workers.schema.flavor import FLAVOR_NAME, labels_problem
+from workers.schema.flavor import FLAVOR_NAME, labels_problem, matches
 
 MAX_DESCRIPTION = 500
 
@@ -42,16 +45,23 @@ class FlavorStore:
         self.default_price = default_price  # a job without a flavor's price per worker-hour
 
     def put(self, name: str, *, labels: Mapping[str, str], price_per_worker_hour: float,
-            description: str = "") -> tuple[FlavorRecord, FlavorRecord | None]:
+            description: str = "", nodes: Mapping[str, Mapping[str, str]] | None = None,
+            ) -> tuple[FlavorRecord, FlavorRecord | None]:
         """Make the flavor or replace what it is; (now, before: None where it
-        is new). A price that changes gets a row of its own from now on."""
+        is new). A price that changes gets a row of its own from now on.
+        `nodes`: the live nodes' labels, by a name that says which node
+        (refused where one has these labels and another flavor's)."""
         check_flavor(name, labels, price_per_worker_hour, description)
         labels = dict(sorted(labels.items()))
         now = utcnow()
         with transaction(self._writer) as session:
-            for other in session.scalars(select(Flavor).where(Flavor.name != name)):
+            for other in session.scalars(select(Flavor).where(Flavor.name != name)
+                                         .order_by(Flavor.name)):
                 if dict(other.labels) == labels:
                     raise FlavorConflict(name, other.name)
+                for node, node_labels in sorted((nodes or {}).items()):
+                    if matches(labels, node_labels) and matches(other.labels, node_labels):
+                        raise FlavorConflict(name, other.name, node)
             flavor = session.get(Flavor, name, with_for_update=True)
             before = None if flavor is None else flavor_record(flavor)
             if flavor is None:
@@ -78,7 +88,7 @@ class FlavorStore:
 
     def delete(self, name: str) -> FlavorRecord:
         """Remove the flavor (its price history stays); refused (`FlavorInUse`)
-        while an unfinished job asks for it."""
+        while an unfinished job asks for it or a tenant's quota names it."""
         with transaction(self._writer) as session:
             flavor = session.get(Flavor, name, with_for_update=True)
             if flavor is None:
@@ -89,6 +99,12 @@ class FlavorStore:
                 if flavor_of(spec) == name]
             if using:
                 raise FlavorInUse(name, using)
+            # a quota's flavor is checked under this row's lock (`TenantStore`): none slips in
+            naming = [tenant for tenant, quota in session.execute(
+                select(Tenant.name, Tenant.quota).order_by(Tenant.name))
+                if ((quota or {}).get("flavors") or {}).get(name) is not None]
+            if naming:
+                raise FlavorInUse(name, [], naming)
             record = flavor_record(flavor)
             session.delete(flavor)
             return record

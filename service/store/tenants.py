@@ -11,6 +11,11 @@ A tenant's budget (0014: `{"limit", "period"}`, or none) is the most its
 jobs may cost a period before its queued jobs wait (`service.scheduling.budget`);
 `checked_budget` refuses what no budget may be, naming the field.
 
+A tenant's quota may set limits per flavor (`quota.flavors`) on flavors that
+exist only (`QuotaFlavorUnknown`, naming `quota.flavors.<name>`); a flavor a
+quota names is not deleted (`service.store.flavors`). A flavor set to None
+(its limits removed) may be one that is gone.
+
 A tenant's jobs name it by its `name` (the jobs' `tenant` column). Deleting
 a tenant is refused while it has unfinished jobs (`TenantBusy`); otherwise its
 finished jobs and their history go with it, so a later tenant of the same name
@@ -29,14 +34,15 @@ from typing import Literal
 
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from service.scheduling import FlavorQuota, Quota, TenantPolicy
 from service.scheduling.budget import Budget
 from service.states import TERMINAL
 from service.store.engine import transaction
-from service.store.errors import TenantBusy, TenantExists, TenantNotFound
+from service.store.errors import QuotaFlavorUnknown, TenantBusy, TenantExists, TenantNotFound
 from service.store.key_cache import KeyCache
-from service.store.models import Job, Tenant, utcnow
+from service.store.models import Flavor, Job, Tenant, utcnow
 from service.store.records import TenantRecord
 from workers.schema import MAX_PRIORITY
 
@@ -90,6 +96,7 @@ class TenantStore:
                         budget=checked_budget(budget))
         try:
             with transaction(self._writer) as session:
+                _check_flavors_exist(session, tenant.quota["flavors"])
                 session.add(tenant)
                 session.flush()
                 return tenant.to_record(), key
@@ -121,6 +128,9 @@ class TenantStore:
             if tenant is None:
                 raise TenantNotFound(tenant_id)
             if quota is not None:
+                _check_flavors_exist(session, {flavor: limits for flavor, limits
+                                               in (quota.get("flavors") or {}).items()
+                                               if limits is not None})
                 flavors = {**(tenant.quota.get("flavors") or {}), **(quota.get("flavors") or {})}
                 tenant.quota = full_quota({**tenant.quota, **quota, "flavors": flavors})
             if max_priority is not None:
@@ -226,6 +236,20 @@ def full_quota(quota: Mapping | None) -> dict:
                        for flavor, limits in sorted((quota.get("flavors") or {}).items())
                        if limits is not None}
     return full
+
+
+def _check_flavors_exist(session: Session, flavors: Mapping[str, object]) -> None:
+    """Refuse (`QuotaFlavorUnknown`) limits on a flavor that does not exist.
+    The flavors' rows are read for share: a delete of one of them (which
+    looks for quotas naming it under its lock) waits for this commit."""
+    if not flavors:
+        return
+    found = set(session.scalars(select(Flavor.name).where(Flavor.name.in_(list(flavors)))
+                                .with_for_update(read=True)))
+    missing = sorted(set(flavors) - found)
+    if missing:
+        known = list(session.scalars(select(Flavor.name).order_by(Flavor.name)))
+        raise QuotaFlavorUnknown(missing[0], known)
 
 
 def _flavor_quota(flavor: str, limits: Mapping) -> dict:

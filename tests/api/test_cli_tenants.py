@@ -55,3 +55,34 @@ def test_a_tenant_key_may_not_run_tenant_commands(brigade, client):  # noqa: F81
     with pytest.raises(BrigadeError) as gone:
         client.tenant(tenant.id)
     assert gone.value.status == 404
+
+
+def test_flavor_quotas_are_set_changed_and_lifted_from_the_cli(brigade, client):  # noqa: F811
+    a100, h100 = (f"f-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for flavor in (a100, h100):
+        client.put_flavor(flavor, {"brigade.io/gpu": flavor})
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    created = brigade("tenants", "create", name, "--flavor-quota", f"{a100}=8:8",
+                      "--flavor-quota", f"{h100}=:2")
+    assert created.exit_code == 0, created.output
+    tenant_id = created.stderr.split("(")[1].split(")")[0]
+    assert client.tenant(tenant_id).quota.model_dump()["flavors"] == {
+        a100: {"max_workers": 8, "max_gpus": 8.0}, h100: {"max_workers": None, "max_gpus": 2.0}}
+    listed = brigade("tenants", "list")
+    assert any(line.startswith(tenant_id) and f"{a100}.workers=8" in line
+               for line in listed.stdout.splitlines())
+
+    updated = brigade("tenants", "update", tenant_id, "--flavor-quota", f"{a100}=4",
+                      "--no-flavor-quota", h100)
+    assert updated.exit_code == 0, updated.output
+    assert json.loads(updated.stdout)["quota"]["flavors"] == {
+        a100: {"max_workers": 4, "max_gpus": None}}
+
+    missing = brigade("tenants", "update", tenant_id, "--flavor-quota", "no-such-flavor=1")
+    assert missing.exit_code == 1 and "quota.flavors.no-such-flavor" in missing.stderr
+    for bad in ("a100", "=3", f"{a100}=x", f"{a100}=:", f"{a100}=-1", f"{a100}=1:-2"):
+        refused = brigade("tenants", "update", tenant_id, "--flavor-quota", bad)
+        assert refused.exit_code == 2 and "FLAVOR=WORKERS[:GPUS]" in refused.output, bad
+    assert client.tenant(tenant_id).quota.model_dump()["flavors"] == {
+        a100: {"max_workers": 4, "max_gpus": None}}
+    client.delete_tenant(tenant_id)

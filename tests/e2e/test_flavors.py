@@ -7,7 +7,8 @@ One scenario, each step standing on the one before (the cluster fits few
 jobs at once, and each start costs seconds here):
 
 - the admin puts flavors a and b; `GET /v1/cluster/nodes` shows each node's
-  labels and flavor;
+  labels and flavor; a flavor of other labels node b has (Ray's own) is a 409
+  naming flavor b and the node; `GET /v1/cluster` shows each flavor's use;
 - a tenant whose quota on flavor a is one worker runs a job of flavor a: its
   rank runs on node a only (the rank's node id from `GET /v1/jobs/{id}/workers`
   against the nodes'); its second job of flavor a waits, the reason naming
@@ -78,6 +79,13 @@ def test_jobs_of_a_flavor_run_on_its_nodes_within_its_quota_and_preempt_within_i
     ids = {n["flavor"]: n["node_id"] for n in shown}
     assert set(ids) == {"a", "b"} and ids["b"] == cluster.node_id("b")
     assert [n["labels"]["brigade.io/pool"] for n in shown if n["head"]] == ["a"]
+    # a flavor of labels that node b has beside flavor b's (Ray's own, e.g. its node id):
+    # node b would be of both, so the put is refused naming flavor b and the node
+    node_b = next(n for n in shown if n["flavor"] == "b")
+    key, value = min((k, v) for k, v in node_b["labels"].items() if k != "brigade.io/pool")
+    overlap = http.put("/v1/flavors/only-b", json={"labels": {key: value}})
+    assert overlap.status_code == 409, overlap.text
+    assert "flavor b's" in overlap.text and node_b["node_id"][:12] in overlap.text
 
     tenant = http.post("/v1/tenants", json={"name": "team", "max_priority": 10, "quota": {
         "flavors": {"a": {"max_workers": 1}}}}).json()
@@ -96,6 +104,9 @@ def test_jobs_of_a_flavor_run_on_its_nodes_within_its_quota_and_preempt_within_i
     running(server, on_b)
     assert nodes_of(server, on_a) == {ids["a"]}
     assert nodes_of(server, on_b) == {ids["b"]}
+    use = {f["flavor"]: f for f in server.get("/v1/cluster")["flavors"]}
+    assert (use["a"]["nodes"], use["a"]["capacity"]["cpu"], use["a"]["workers"]) == (1, 2.0, 1)
+    assert (use["b"]["workers"], use["b"]["usage"]["cpu"], use["b"]["free"]["cpu"]) == (2, 2.0, 0.0)
     waits = server.wait(second_a, lambda j: "flavor a" in (j.get("waiting") or ""), 30)
     assert waits["state"] == "QUEUED" and "quota" in waits["waiting"], waits
 

@@ -1,5 +1,6 @@
-"""The cluster as the control plane sees it: capacity, usage and the queue;
-its nodes, with the ranks on each, and a node's drain (the admin's).
+"""The cluster as the control plane sees it: capacity, usage (in all and per
+flavor) and the queue; its nodes, with the ranks on each, and a node's drain
+(the admin's).
 
 A drain (`POST /v1/cluster/nodes/{node_id}/drain`) is Ray's: the same call as
 `ray drain-node`, with a deadline and a reason; the leader then moves the
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Depends, Path, Response
 
 from api.schemas.cluster import (
     ClusterPublic,
+    FlavorUsePublic,
     NodeDrain,
     NodePublic,
     NodeRank,
@@ -38,15 +40,22 @@ RESOURCES = {"CPU": "cpu", "GPU": "gpu", "memory": "memory"}  # Ray's names -> t
 
 @router.get("")
 def cluster_status(tenant: CurrentTenant, views: ViewsDep) -> ClusterPublic:
-    """Other tenants' queued jobs count, but are not named (the admin sees them all)."""
+    """Other tenants' queued jobs count, but are not named (the admin sees them all).
+    `flavors`: each flavor's nodes, capacity and what active jobs hold there."""
     status = views.cluster_status()
     queue = status["queue"]
     own = [QueuedJob(id=q["id"], name=q["name"], position=place, waiting=q["waiting"],
                      expected_start=q["expected_start"][0],
                      expected_start_reason=q["expected_start"][1])
            for place, q in enumerate(queue, start=1) if tenant in (ADMIN_TENANT, q["tenant"])]
+    flavors = [FlavorUsePublic(flavor=use.flavor, nodes=use.nodes,
+                               capacity=dict(use.capacity.items()), usage=dict(use.used.items()),
+                               free=dict(use.free.items()), workers=use.workers, jobs=use.jobs,
+                               workers_of_no_flavor=use.workers_of_no_flavor)
+               for use in views.flavor_use()]
     return ClusterPublic(capacity=status["capacity"], usage=status["usage"],
-                         running_jobs=status["running_jobs"], queued_jobs=len(queue), queue=own)
+                         running_jobs=status["running_jobs"], queued_jobs=len(queue), queue=own,
+                         flavors=flavors)
 
 
 @router.get("/nodes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from service.observability.fair_share_view import tenant_shares
@@ -54,3 +55,14 @@ def test_the_admin_has_a_row_with_jobs_or_without():
         assert (admin.running_jobs, admin.workers, admin.share_now) == (
             (1, 2, 0.5) if active else (0, 0, 0.0))
         assert [r.tenant for r in rows] == ["admin", *(t.name for t in tenants)]
+
+
+def test_what_each_tenants_jobs_of_each_flavor_hold():
+    on_a = replace(job("j1", "a", JobState.RUNNING, 2), stored_spec={"resources_per_worker": {
+        "cpu": 1, "flavor": "a100"}})
+    plain = job("j2", "a", JobState.RUNNING, 1)
+    held = {"j1": Resources(cpu=2, gpu=2), "j2": Resources(cpu=1)}
+    rows = {r.tenant: r for r in tenant_shares([tenant("a", 1.0)], [on_a, plain], [], held,
+                                               Resources(cpu=8, gpu=4), {})}
+    assert rows["a"].flavors == {"a100": {"workers": 2, "cpu": 2.0, "gpu": 2.0}}
+    assert rows["a"].workers == 3 and rows["admin"].flavors == {}

@@ -96,3 +96,32 @@ def test_what_ray_holds_on_a_flavors_nodes_for_a_job_of_no_flavor_is_not_free(st
     assert "of flavor a" in admission.waiting[on_a.id]
     admission.ray_free = {}
     assert {job.id for job in admission.run_pass()} == {on_a.id}
+
+
+def test_a_job_of_no_flavor_on_a_flavors_nodes_is_preempted_for_a_job_of_that_flavor(
+        store, admission, monkeypatch):
+    """Its ranks are on a's nodes (where the leader's runner placed them): they hold a's
+    capacity, so a job of a of higher priority preempts it; one whose ranks are on b's
+    nodes only is left be."""
+    placed = {}
+    asked = []
+
+    def node_flavors(flavors):
+        asked.append(dict(flavors))
+        return {"node-a": "a", "node-b": "b"}
+
+    monkeypatch.setattr(scheduling_pass, "node_flavors", node_flavors)
+    admission.placed_on = lambda job_id: placed.get(job_id, [])
+    plain_a = submit(store, "plain-a", None, workers=2)
+    plain_b = submit(store, "plain-b", None, workers=2)
+    assert {job.id for job in admission.run_pass()} == {plain_a.id, plain_b.id}
+    placed.update({plain_a.id: ["node-a", "node-a"], plain_b.id: ["node-b", "node-b"]})
+    for job in (plain_a, plain_b):
+        store.transition(job.id, S.RUNNING, reason="test")
+
+    urgent = submit(store, "urgent", "a", workers=2, tenant="admin", priority=50)
+    assert admission.run_pass() == []
+    assert asked[-1] == LABELS  # the nodes' flavors asked by the flavors' labels
+    assert store.get_job(plain_a.id).state == S.PREEMPTING
+    assert store.get_job(plain_b.id).state == S.RUNNING  # on b's nodes: frees nothing on a
+    assert "of flavor a" in admission.waiting[urgent.id]

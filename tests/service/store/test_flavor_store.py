@@ -98,3 +98,22 @@ def test_a_job_spec_names_a_flavor_never_labels():
     spec["resources_per_worker"] = {"cpu": 1, "flavor": "Not A Slug"}
     with pytest.raises(ValueError, match="flavor"):
         type(SPEC).model_validate(spec)
+
+
+def test_a_put_whose_labels_a_live_node_has_with_another_flavors_is_refused_naming_both(store):
+    store.flavors.put("a100", labels=A100, price_per_worker_hour=1)
+    nodes = {"node-1 (10.0.0.1)": {**A100, "market": "spot", "zone": "b"},
+             "node-2 (10.0.0.2)": {"kind": "cpu"}}
+    with pytest.raises(FlavorConflict, match=r"flavor a100's are both on live node node-1 "
+                                             r"\(10.0.0.1\)") as error:
+        store.flavors.put("spot", labels={"market": "spot"}, price_per_worker_hour=1, nodes=nodes)
+    assert (error.value.other, error.value.node) == ("a100", "node-1 (10.0.0.1)")
+    with pytest.raises(FlavorConflict, match="live node node-1"):  # a subset too, not only equal
+        store.flavors.put("a100-b", labels={**A100, "zone": "b"}, price_per_worker_hour=1,
+                          nodes=nodes)
+    assert [f.name for f in store.flavors.list()] == ["a100"]
+    # labels no live node has with another flavor's: fine (no node would be of both now)
+    store.flavors.put("a100-c", labels={**A100, "zone": "c"}, price_per_worker_hour=1, nodes=nodes)
+    store.flavors.put("cpu", labels={"kind": "cpu"}, price_per_worker_hour=1, nodes=nodes)
+    # a flavor put again with the nodes it has alone is no conflict with itself
+    store.flavors.put("a100", labels=A100, price_per_worker_hour=2, nodes=nodes)

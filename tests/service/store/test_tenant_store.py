@@ -10,6 +10,7 @@ from store_harness import submit
 
 from service.states import JobState
 from service.store import TenantBusy, TenantExists, TenantNotFound
+from service.store.errors import FlavorInUse, QuotaFlavorUnknown
 from service.store.tenants import QUOTA_FIELDS, tenant_policy
 
 NO_SUCH_TENANT = "t-000000000000"
@@ -107,6 +108,8 @@ def test_delete_is_refused_while_a_job_is_unfinished(store):
 
 
 def test_quota_per_flavor_beside_the_totals_changes_only_the_flavors_named(store):
+    for flavor in ("a100", "h100"):
+        store.flavors.put(flavor, labels={"gpu": flavor}, price_per_worker_hour=1)
     tenant, _ = store.tenants.create("acme", quota={"max_workers": 8,
                                                     "flavors": {"a100": {"max_workers": 2}}})
     assert tenant.quota["flavors"] == {"a100": {"max_workers": 2, "max_gpus": None}}
@@ -120,3 +123,30 @@ def test_quota_per_flavor_beside_the_totals_changes_only_the_flavors_named(store
     assert policy.quota.flavors["h100"].max_gpus == 4 and policy.quota.max_workers == 8
     with pytest.raises(ValueError, match="max_cpus"):
         store.tenants.update(tenant.id, quota={"flavors": {"h100": {"max_cpus": 1}}})
+
+
+def test_a_quota_on_a_flavor_that_does_not_exist_is_refused_naming_it(store):
+    store.flavors.put("a100", labels={"gpu": "a100"}, price_per_worker_hour=1)
+    with pytest.raises(QuotaFlavorUnknown, match="^quota.flavors.h100: no flavor 'h100'") as error:
+        store.tenants.create("acme", quota={"flavors": {"a100": {"max_workers": 1},
+                                                        "h100": {"max_workers": 1}}})
+    assert error.value.field == "quota.flavors.h100" and "a100" in str(error.value)
+    assert store.tenants.by_name("acme") is None  # nothing made
+    tenant, _ = store.tenants.create("acme", quota={"flavors": {"a100": {"max_workers": 1}}})
+    with pytest.raises(QuotaFlavorUnknown, match="quota.flavors.h100"):
+        store.tenants.update(tenant.id, quota={"max_workers": 3,
+                                               "flavors": {"h100": {"max_gpus": 1}}})
+    assert store.tenants.get(tenant.id).quota == tenant.quota  # nothing changed
+    # removing the limits of a flavor that is gone (or never was) is fine
+    assert store.tenants.update(tenant.id, quota={"flavors": {"h100": None}}).quota == tenant.quota
+
+
+def test_a_flavor_a_quota_names_is_not_deleted_until_the_quota_forgets_it(store):
+    store.flavors.put("a100", labels={"gpu": "a100"}, price_per_worker_hour=1)
+    tenant, _ = store.tenants.create("acme", quota={"flavors": {"a100": {"max_workers": 1}}})
+    store.tenants.create("other")
+    with pytest.raises(FlavorInUse, match="quota of tenant.s. acme:") as error:
+        store.flavors.delete("a100")
+    assert error.value.tenants == ["acme"] and error.value.jobs == []
+    store.tenants.update(tenant.id, quota={"flavors": {"a100": None}})
+    assert store.flavors.delete("a100").name == "a100"
