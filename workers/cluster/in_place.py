@@ -64,8 +64,8 @@ class RestorePlan:
 def in_place_for(spec: JobSpec, world_size: int) -> bool:
     """Whether a job recovers a lost rank in place: a training of more than one
     rank that takes in-memory snapshots. Not under tensor parallelism yet: a
-    TP group's ranks hung at their first snapshot in the engine's TP tests
-    (tests/workers/engine/test_tensor_parallel.py), not yet found why; such a
+    survivor waiting in a TP collective with a rank that left the broken
+    group is not woken (docs/architecture.md "Recovery in place"); such a
     job restarts from disk as before."""
     return (spec.kind == "train" and world_size > 1 and spec.parallelism.tp == 1
             and spec.checkpoint.memory_every_steps != 0)

@@ -53,17 +53,18 @@ from workers.cluster.fork_host import ForkServers
 from workers.cluster.fork_host import supported as fork_servers_supported
 from workers.cluster.node_view import ClusterUnreachableError
 from workers.cluster.nodes import draining_nodes
-from workers.cluster.rank_actor import RankActor
+from workers.cluster.rank_actor import ENGINE, RankActor
 
 logger = logging.getLogger(__name__)
-_RemoteRankActor = ray.remote(RankActor)
+_RemoteRankActor = ray.remote(concurrency_groups={ENGINE: 1})(RankActor)
 REFILL_DELAY_S = 3.0  # after a take, the refill waits this long: the job's start has the CPUs first
 CHECK_S = 1.0  # how often the refill looks at the pool (and new nodes) otherwise
 
 
 def start_rank_actor(*, node_id: str | None = None, **options):
-    """A rank actor as every group makes one (three threads: `progress` and
-    a peer's snapshot copy are answered while `train` runs); pinned to `node_id` where given."""
+    """A rank actor as every group makes one (`train` on its engine thread,
+    three more answering `progress` and a peer's snapshot copy while it
+    runs: workers/cluster/rank_actor.py); pinned to `node_id` where given."""
     if node_id is not None:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return _RemoteRankActor.options(max_concurrency=3, **options)

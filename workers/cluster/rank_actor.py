@@ -5,7 +5,13 @@ one per bundle. torch and the engine are imported inside the methods, so the
 control plane can import this module without torch. The group creates it with
 `max_concurrency=3`: one thread runs `train` while the others answer
 `progress` and the calls of its peers (a snapshot copy to keep, one to give
-back: recovery in place, workers/cluster/in_place.py).
+back: recovery in place, workers/cluster/in_place.py). What touches torch's
+process groups (`preload`, `setup`, `train`, `state_digests`) runs on one
+thread of its own, the same one every time (`ENGINE`, a Ray concurrency
+group of one): some of torch's distributed state is the thread's, and a
+training on another thread than the one before it (a peer's snapshot copy
+taking the pool's first free thread) hung at its first step under tensor
+parallelism.
 
 SIGTERM (what a spot reclaim or a node drain sends a process before killing
 it) is a preemption notice, not a crash: the actor installs its own handler
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
     from checkpoints import CheckpointTarget
 
 logger = logging.getLogger(__name__)
+ENGINE = "engine"  # the concurrency group (one thread) of the methods that run torch's collectives
 SIGTERM_GRACE_S = 30.0  # from SIGTERM to a checkpointed stop, before the process exits hard
 
 
@@ -102,6 +109,7 @@ class RankActor:
         # The process's stdout and stderr, for the job's log (Ray's log files keep them too).
         self._output = OutputCapture().start()
 
+    @ray.method(concurrency_group=ENGINE)
     def preload(self) -> int:
         """Import torch and the engine now (a pooled rank, before its job):
         the seconds they take are not a job's (workers/engine/preload.py).
@@ -149,6 +157,7 @@ class RankActor:
         store = self._store = distributed.open_store(addr, self.world_size, timeout_s)
         return addr, store.port
 
+    @ray.method(concurrency_group=ENGINE)
     def setup(self, addr: str, port: int, timeout_s: float, join_timeout_s: float | None = None) -> str:
         """Join the process group once every rank has arrived (within
         `join_timeout_s`); returns the backend (NCCL on a GPU, else gloo)."""
@@ -170,6 +179,7 @@ class RankActor:
         self._timeline["joined"] = time.time()
         return backend
 
+    @ray.method(concurrency_group=ENGINE)
     def train(
         self, spec: JobSpec, checkpoint: CheckpointTarget | None = None,
         stop_after: int | None = None, rejoin: Rejoin | None = None,
@@ -232,13 +242,16 @@ class RankActor:
                     break
                 self._move_out()
                 restore = self._join_next_group()
+                continue
             except Exception as e:
                 if not (in_place and distributed.is_peer_failure(e)):
                     raise
                 logger.warning("rank %d: a peer is gone (%s): waiting to join the group's next "
                                "process group", self.rank, str(e).split("\n", 1)[0])
-                self._leave_group()
-                restore = self._join_next_group()
+            # Left out of the except clause, whose traceback holds the failed
+            # trainer (its model, its groups) for as long as the clause runs.
+            self._leave_group()
+            restore = self._join_next_group()
         # Stopped short by a preemption notice (here or on another rank): the
         # driver requeues the job rather than calling it done.
         state = "preempted" if self._trainer.stop_reason == "preempted" else "done"
@@ -425,6 +438,7 @@ class RankActor:
         with train.compile compiled (the blocks, workers/engine/compilation.py)."""
         return dict(self._timeline)
 
+    @ray.method(concurrency_group=ENGINE)
     def state_digests(self) -> dict[str, str]:
         """Digests of the last trainer's full state (collective: all ranks at once)."""
         return self._trainer.state_digests()

@@ -306,3 +306,4 @@ def test_a_second_failure_during_a_recovery_falls_back(fork_pool):
             group.recover([1])
         killer.join(10)
         assert killed
+

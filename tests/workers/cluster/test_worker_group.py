@@ -20,7 +20,7 @@ from workers.cluster.errors import (
     RankLostError,
 )
 from workers.cluster.group import WorkerGroup
-from workers.cluster.rank_actor import RankActor
+from workers.cluster.pool import start_rank_actor
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -195,7 +195,7 @@ def test_bundles_not_free_in_time_leave_nothing_behind():
 def test_error_while_spawning_leaves_nothing_behind():
     prefix = unique_prefix()
     # An actor already holds the name rank 1 would take: its .remote() raises.
-    squatter = ray.remote(RankActor).options(name=f"{prefix}-rank-1", num_cpus=0).remote(1, 2, 1)
+    squatter = start_rank_actor(name=f"{prefix}-rank-1", num_cpus=0).remote(1, 2, 1)
     ray.get(squatter.pid.remote(), timeout=60)
     try:
         with pytest.raises(ValueError, match="already taken"):
