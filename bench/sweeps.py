@@ -1,6 +1,6 @@
 """Sweeps: a trial's end to the next trial's first step; what ASHA saves.
 
-    .venv/bin/python -m bench.sweeps [--quick]
+    .venv/bin/python -m bench.sweeps [--quick] [--load N] [--search-steps S]
 
 One `brigade serve` of 4 CPUs. (a) A sweep of 6 tiny trials, one at a time
 (`max_concurrent: 1`, a grid over `train.lr`): for each trial after the first,
@@ -17,11 +17,18 @@ pruned trial's ranks began after the pruning decision (its PRUNING event:
 rows whose step began, `wall_time - step_time_s`, after it); and, from the
 run without a pruner, whether its best trial is better at every rung than
 every other, in which case ASHA must keep it and find the same best.
+`--load N` runs N busy processes beside (b), a loaded machine's share of the
+cores; `--search-steps` makes its trials long enough to be still training
+when their pruner speaks (a 120-step trial of this tiny model can end first
+on a loaded machine, and then shows nothing of the stop).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import subprocess
+import sys
 import time
 
 from bench.figures import TITLES
@@ -61,16 +68,33 @@ def search_sweep(name: str, pruner: str, trials: int, steps: int) -> dict:
 
 def add_args(parser) -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0, help="each sweep")
+    parser.add_argument("--load", type=int, default=0,
+                        help="busy processes run beside the search sweeps (a loaded machine)")
+    parser.add_argument("--search-steps", type=int, default=120, help="steps of each search trial")
+
+
+@contextlib.contextmanager
+def busy(processes: int):
+    """`processes` pure-Python busy loops (each ends by itself within 15 minutes)."""
+    loop = "import time\nend = time.time() + 900\nwhile time.time() < end: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def run(args) -> Figure:
     handover_trials, handover_steps = (3, 3) if args.quick else (6, 5)
-    search_trials, search_steps = (4, 16) if args.quick else (8, 120)
+    search_trials, search_steps = (4, 16) if args.quick else (8, args.search_steps)
     with BrigadeServer() as server:
         gaps, handover = handover_gaps(server, handover_sweep(handover_trials, handover_steps),
                                        args.timeout_s)
-        searches = {pruner: search(server, pruner, search_trials, search_steps, args.timeout_s)
-                    for pruner in ("none", "asha")}
+        with busy(args.load):
+            searches = {pruner: search(server, pruner, search_trials, search_steps, args.timeout_s)
+                        for pruner in ("none", "asha")}
     median = statistics.median(g["total"] for g in gaps)
     none, asha = searches["none"], searches["asha"]
     seconds_ratio = asha["worker_seconds"] / none["worker_seconds"]
@@ -111,7 +135,9 @@ def run(args) -> Figure:
         "`max_concurrent: 2`, objective the `loss` smoothed (`smoothing: ema, ema_factor: "
         f"{OBJECTIVE['ema_factor']}`, min); ASHA with `min_steps: {max(2, search_steps // 8)}, "
         f"reduction_factor: 3`: rungs at steps {', '.join(map(str, rungs))}. Worker-seconds are "
-        "the tenant's (`GET /v1/usage`: each job's time holding its workers).",
+        "the tenant's (`GET /v1/usage`: each job's time holding its workers)."
+        + (f" Beside both runs, {args.load} busy processes (pure-Python loops) load the "
+           "machine's cores." if args.load else ""),
         "",
         "| pruner | trials succeeded | pruned | worker-seconds | best objective | best trial "
         "| best lr |",
@@ -140,13 +166,16 @@ def run(args) -> Figure:
         "decision came (the rows' way to the store, a runner poll, and the sweep's pass). Held "
         "is the job's goodput phases but `queued`.",
         "",
-        f"**Steps begun after the pruning decision: at most {most_after}** over "
-        f"{len(after)} pruned trials. The stop is a call to each rank actor (`request_stop`, "
-        "sent by the pruner's thread the moment the prune is recorded, answered on the actor's "
-        "second thread, where it may queue behind the runner's own polls), and a rank looks "
-        "for it after every step: where that call's way is longer than a step (this tiny "
-        "model's steps, under the load average above), more than one step begins before it "
-        "lands.",
+        f"**Steps begun after the pruning decision: at most {most_after}** over the "
+        f"{len(after)} pruned trials still training when their pruner decided (`-`: its ranks "
+        "had taken all their steps before the verdict came). The stop is a call to each rank actor (`request_stop`, "
+        "sent by the sweep pass's thread the moment the pruner decides, before the store's "
+        "PRUNING is written: that write waits its turn behind the runners' rows on a busy "
+        "database, tenths of a second under load), answered on the actor's second thread, and "
+        "a rank looks for it after every step. The PRUNING event is dated at the verdict, so "
+        "the count runs from the decision itself; where the call's way to a rank is longer "
+        "than a step (this tiny model's steps are 10 to 30 ms), more than one step begins "
+        "before it lands.",
         "",
         f"**ASHA used {seconds_ratio:.2f}x the worker-seconds of no pruner**, and found a best "
         f"objective {asha['best']:.4f} (trial {asha['best_number']}) against {none['best']:.4f} "
@@ -156,11 +185,13 @@ def run(args) -> Figure:
     lines += ["", f"![hand-over gaps; worker-seconds and best loss with and without ASHA]({png})"]
     return Figure(
         name="sweeps", title=TITLES["sweeps"],
-        command=".venv/bin/python -m bench.sweeps",
+        command=".venv/bin/python -m bench.sweeps" + (
+            f" --load {args.load}" if args.load else "") + (
+            f" --search-steps {args.search_steps}" if args.search_steps != 120 else ""),
         body="\n".join(lines) + "\n",
         headline=(f"hand-over median {median:.2f} s; ASHA {seconds_ratio:.2f}x the worker-seconds, "
-                  f"best {asha['best']:.3f} vs {none['best']:.3f}; at most {most_after} step "
-                  "begun after a prune"),
+                  f"best {asha['best']:.3f} vs {none['best']:.3f}; at most {most_after} "
+                  f"step{'' if most_after == 1 else 's'} begun after a prune"),
         goals=[Goal("ASHA uses fewer worker-seconds than no pruner", f"{seconds_ratio:.2f}x",
                     seconds_ratio < 1.0),
                Goal("a pruned trial's ranks begin at most 1 step after the decision",
@@ -256,7 +287,8 @@ def trial_row(server: BrigadeServer, trial: dict, rows: list[dict]) -> dict:
         decided = parse_time(asked["time"])
         lag = parse_time(done["time"]) - decided
         rows = server.get(f"/v1/jobs/{job}/metrics", limit=100_000)  # as its ranks stopped
-        begun_after = sum(1 for r in rows if r["wall_time"] - r["step_time_s"] > decided)
+        if rows and max(r["wall_time"] for r in rows) > decided:  # still training at the verdict
+            begun_after = sum(1 for r in rows if r["wall_time"] - r["step_time_s"] > decided)
     phases = server.get(f"/v1/jobs/{job}/goodput")["phases"]
     held = sum(v for phase, v in phases.items() if phase not in ("queued", "suspended"))
     step = server.get(f"/v1/jobs/{job}")["step"] if lag is not None else trial["step"]

@@ -120,9 +120,12 @@ class LeaderLoop:
         return remove_leftovers(self.leader_store, pool_prefix=self.rank_pool.name_prefix, held=held)
 
     def stop_now(self, job_id: str) -> None:
-        """The job was just pruned: its runner tells its ranks to stop now
+        """The job's pruner has spoken: its runner tells its ranks to stop now
         (`JobRunner.stop_now`), not at its next look; a job without a runner
-        here holds no workers of this replica's."""
+        here holds no workers of this replica's, and a replica whose lease ran
+        out leaves the ranks to the next leader."""
+        if not self.leadership.is_leader:
+            return
         with self._lock:
             runner = self._runners.get(job_id)
         if runner is not None:

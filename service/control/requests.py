@@ -78,13 +78,16 @@ class JobRequests:
                 return now
             raise
 
-    def prune(self, job_id: str, step: int, reason: str) -> JobRecord:
+    def prune(self, job_id: str, step: int, reason: str,
+              decided_at: float | None = None) -> JobRecord:
         """Stop a sweep's trial early (its pruner's call): a job that holds or
         may hold workers goes PRUNING (its runner stops the group at once, its
         last committed checkpoint kept, and records PRUNED), one that holds
         none (QUEUED, SUSPENDED) PRUNED at once; the event's reason is
-        "pruned at step {step}: {reason}". Idempotent: a job PRUNING or
-        already finished (PRUNED too), or being cancelled, is returned as is."""
+        "pruned at step {step}: {reason}", its time `decided_at` (epoch
+        seconds: the pruner's verdict, whose stop went to the ranks before
+        this write) or now. Idempotent: a job PRUNING or already finished
+        (PRUNED too), or being cancelled, is returned as is."""
         why = f"pruned at step {step}: {reason}"
         for _ in range(PRUNE_TRIES):
             job = reachable_job(self.store, ADMIN_TENANT, job_id)
@@ -93,7 +96,8 @@ class JobRequests:
             to = S.PRUNED if job.state in WITHOUT_WORKERS else S.PRUNING
             try:
                 # the leader's pruner: a deposed leader's prune is refused (Deposed)
-                pruned = self.leader_store.transition(job_id, to, reason=why, expect=job.state)
+                pruned = self.leader_store.transition(job_id, to, reason=why, expect=job.state,
+                                                      event_time=decided_at)
             except UnexpectedState:  # it moved meanwhile (admitted, preempted): decide again
                 continue
             logger.info("job %s: %s -> %s: %s", job_id, job.state.value, to.value, why,

@@ -110,6 +110,7 @@ class JobRunner(threading.Thread):
         self.group = attached
         self.detach = threading.Event()  # the control plane is stopping: leave the group be
         self.nudged = threading.Event()  # look at the job now, not at the next poll
+        self.pruned = threading.Event()  # its pruner told the ranks to stop (`stop_now`)
         self._nodes: set[str] = set()  # where the last attempt's ranks ran
         self._failures: list[Failure] = []  # those this runner saw, for the restart policy
         self._interruption: Interruption | None = None  # what the running attempt recovers from
@@ -172,9 +173,12 @@ class JobRunner(threading.Thread):
             self.control.done(self.job_id)
 
     def stop_now(self) -> None:
-        """The job was just pruned: its ranks are told to stop at their next
-        step at once, from the caller's thread (whatever the runner is
-        waiting on), and the runner looks at the job now."""
+        """The job's pruner has spoken: its ranks are told to stop at their
+        next step at once, from the caller's thread (whatever the runner is
+        waiting on), before the store's PRUNING is written, and the runner
+        looks at the job now. Ranks that stop before that write lands are
+        not taken for a group that stopped short (`_await_prune`)."""
+        self.pruned.set()
         group = self.group
         if group is not None:
             try:
@@ -220,6 +224,7 @@ class JobRunner(threading.Thread):
             return GroupOutcome(Outcome.NO_GROUP)
         self._interruption = Interruption.before(self.store, job)
         self._drains.new_attempt()
+        self.pruned.clear()  # a stop told to an earlier attempt's ranks is not this one's
         started = self.launch(job)
         if isinstance(started, GroupOutcome):
             return started
@@ -273,6 +278,8 @@ class JobRunner(threading.Thread):
                 self._record(group.progress(seen))
                 self._record_output(group)
                 if status.state == "done":
+                    if self.pruned.is_set():
+                        self._await_prune()
                     return GroupOutcome(Outcome.FINISHED)
                 return GroupOutcome(Outcome.PREEMPTED, status.reason)
             state = self._job().state
@@ -305,6 +312,16 @@ class JobRunner(threading.Thread):
                         "ranks killed"))
             self._pause()
         return None
+
+    def _await_prune(self) -> None:
+        """The ranks stopped as their pruner told them (`stop_now`): wait for
+        its write, PRUNING, or whatever the job became instead, for at most
+        PRUNE_STOP_S, so that the outcome is decided from it (a job still
+        RUNNING then stopped short: restarted from the save it just made)."""
+        deadline = time.monotonic() + PRUNE_STOP_S
+        while (self._job().state in (S.STARTING, S.RUNNING, S.RESTARTING)
+               and time.monotonic() < deadline and not self.detach.wait(LOOK_S)):
+            pass
 
     def _recover_in_place(self, group: Group, error: WorkerGroupError) -> Recovery | None:
         """Replace the rank `error` names and go on from the in-memory snapshot

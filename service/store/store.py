@@ -14,7 +14,7 @@ import copy
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from alembic import command
@@ -299,7 +299,7 @@ class JobStore:
     def transition(
         self, job_id: str, to: JobState, *, reason: str,
         expect: JobState | Iterable[JobState] | None = None, queue_quota: str | None = None,
-        **fields,
+        event_time: float | None = None, **fields,
     ) -> JobRecord:
         """Move the job to `to` if the table allows it from its stored state
         (and that state is one of `expect`, when given), record the event, and
@@ -310,7 +310,10 @@ class JobStore:
         JobNotFound, or ConcurrentUpdate if the job kept changing underneath.
         With `queue_quota` (a tenant's name), the move onto the queue is held
         to that tenant's `max_queued_jobs` in the same transaction, as a
-        submit is (`QuotaExceeded`). Once it is written, `on_transition` is told."""
+        submit is (`QuotaExceeded`). `event_time` (epoch seconds): when the change
+        was decided, where that came before the write (a pruner's verdict, carried out
+        first), for the event's time; None: now. Once it is written, `on_transition`
+        is told."""
         to = JobState(to)
         expected = _as_states(expect)
         values = _column_values(fields)
@@ -337,7 +340,8 @@ class JobStore:
                 if job is None:
                     continue  # it moved between our read and our write: look again
                 held = job.workers if to in ACTIVE else None
-                session.add(JobEvent(job_id=job_id, time=now, from_state=current.value,
+                at = now if event_time is None else self._decided_at(session, job_id, event_time, now)
+                session.add(JobEvent(job_id=job_id, time=at, from_state=current.value,
                                      to_state=to.value, reason=reason, workers=held,
                                      replica=self.replica))
                 moved = job.to_record()
@@ -345,6 +349,14 @@ class JobStore:
                 self.on_transition(moved.tenant, to)
             return moved
         raise ConcurrentUpdate(job_id, TRANSITION_TRIES)
+
+    @staticmethod
+    def _decided_at(session: Session, job_id: str, decided: float, now: datetime) -> datetime:
+        """An event's time decided before its write: never later than now, nor
+        earlier than the job's latest event (the events stay in order)."""
+        latest = session.execute(select(func.max(JobEvent.time)).where(JobEvent.job_id == job_id)).scalar()
+        at = min(now, datetime.fromtimestamp(decided, UTC))
+        return at if latest is None else max(at, latest)
 
     def update_job(self, job_id: str, **fields) -> JobRecord:
         """Set job fields other than its state: priority, workers,

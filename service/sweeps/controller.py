@@ -11,8 +11,9 @@ For each QUEUED or RUNNING sweep, in order:
    by are told to the study at their own steps, each once, the pruner asked
    after each (`service.sweeps.objective`: ASHA's rungs, every step for
    the median), and a trial the pruner stops is pruned at that step
-   (`JobRequests.prune`: PRUNING, its runner told to stop its ranks at once,
-   then PRUNED, its last checkpoint kept); an ended job ends its trial (the
+   (its runner told to stop its ranks at once, then `JobRequests.prune`:
+   PRUNING, dated at the verdict, then PRUNED, its last checkpoint kept);
+   an ended job ends its trial (the
    objective at its last step for a success, FAIL or PRUNED otherwise, a
    pruned trial's objective the value it was pruned on);
 3. while fewer than `max_concurrent` trials are live and fewer than its
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -67,6 +69,10 @@ TRIAL_OF_JOB = {
 }
 
 
+# A job whose ranks may be training: a prune tells them to stop before the store records it.
+TRAINING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.RESTARTING})
+
+
 def trial_state(job: JobState) -> TrialState:
     return TRIAL_OF_JOB.get(job, TrialState.RUNNING)
 
@@ -79,7 +85,8 @@ class TrialJobs(Protocol):
 
     def cancel(self, tenant: str, job_id: str) -> JobRecord: ...
 
-    def prune(self, job_id: str, step: int, reason: str) -> JobRecord: ...
+    def prune(self, job_id: str, step: int, reason: str,
+              decided_at: float | None = None) -> JobRecord: ...
 
     def delete(self, tenant: str, job_id: str) -> JobRecord: ...
 
@@ -276,15 +283,22 @@ class SweepController:
         return row
 
     def _prune(self, sweep: SweepRecord, job: JobRecord, step: int, value: float) -> JobRecord:
+        """Stop the trial's job: its ranks told first, the store's PRUNING (dated
+        at the verdict) after, so the stop does not wait on the write (a write
+        waits its turn behind the runners' rows on a busy database)."""
+        decided = time.time()
         objective = sweep.spec.objective
         named = objective.metric + (" (smoothed)" if objective.smoothing != "none" else "")
         reason = (f"sweep {sweep.name}'s {sweep.spec.pruner} pruner: {named} {value:.6g} at "
                   f"step {step} falls behind its other trials' at that step")
-        pruned = self.jobs.prune(job.id, step, reason)
-        logger.info("sweep %s: job %s pruned at step %d (%s)", sweep.id, job.id, step,
-                    pruned.state.value)
-        if pruned.state is JobState.PRUNING and self._stop_now is not None:
-            self._stop_now(job.id)  # the stop to its ranks at once, not at the runner's next look
+        if job.state in TRAINING and self._stop_now is not None:
+            # Should the write then find the job moved (cancelled, suspended, preempted,
+            # restarting), the stop is one it would take anyway or that reaches a group
+            # already going; its runner waits for the write before it settles.
+            self._stop_now(job.id)
+        pruned = self.jobs.prune(job.id, step, reason, decided_at=decided)
+        logger.info("sweep %s: job %s pruned at step %d (%s), its ranks told %.3f s before the "
+                    "write ended", sweep.id, job.id, step, pruned.state.value, time.time() - decided)
         if pruned.state is JobState.PRUNING and self._wake is not None:
             self._wake()  # its workers come free soon: the next pass admits the next trial
         return pruned

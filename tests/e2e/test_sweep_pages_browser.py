@@ -50,6 +50,10 @@ SWEEP = {"name": "lr-grid", "base": BASE, "sampler": "grid", "max_trials": 5, "m
                    "model.n_heads": {"choice": [2, 4, 3]}},
          "objective": {"metric": "eval_loss", "mode": "min"}, "pruner": "asha",
          "pruner_options": {"min_steps": 10}, "labels": {"study": "lr-grid"}}
+HEADS = {**SWEEP, "name": "heads-ablation", "space": {"model.n_heads": {"choice": [2, 4]}},
+         "max_trials": 2, "labels": {"study": "heads", "owner": "ana"},
+         "note": "Do heads matter at this width? Two points, the same lr as the grid's best; "
+                 "compare with lr-grid.\nRun again after the data change."}
 # (lr, heads, how fast its loss falls, the step it was pruned at or None); the last trial's
 # point was refused (3 heads do not divide d_model 32): no job, no objective
 TRIALS = [(0.003, 2, 0.050, None), (0.0003, 4, 0.012, None), (0.01, 2, 0.080, None),
@@ -113,6 +117,8 @@ def served(tmp_path_factory):
         error="model.d_model: model.d_model (32) must be divisible by model.n_heads (3)")
     store.sweeps.set_state(sweep.id, _sweep_state("RUNNING"))
     store.sweeps.set_state(sweep.id, _sweep_state("SUCCEEDED"))
+    # a second sweep of team-a's, labelled otherwise, with a note of two lines (nothing run)
+    store.sweeps.create(tenant="team-a", spec=SweepSpec.model_validate(HEADS))
     # a job of team-b's, to be refused in team-a's compare view
     store.create_job(tenant="team-b", name="theirs", spec=JobSpec.model_validate(BASE))
     with LiveServer(create_app(supervisor)) as live:
@@ -167,6 +173,57 @@ def test_the_sweeps_page_lists_the_sweep_with_its_best(served, browser):
     assert cells[4] == "min eval_loss" and cells[5] == f"{best:.4f}", cells
     _shot(browser, "sweeps.png")
     clean(browser, live)
+
+
+def _listed_sweeps(browser: Browser) -> list[str]:
+    return browser.driver.execute_script(
+        "return [...document.querySelectorAll('#sweeps-table tbody tr[data-sweep-id]')]"
+        ".map(r => r.querySelector('td.name a').textContent);")
+
+
+def test_the_sweeps_list_shows_labels_and_a_short_note_and_filters_by_label(served, browser):
+    """Each sweep's labels as chips and its note's first line, cut short (the whole note in
+    its title); the label filter (and a chip, clicked) lists only the sweeps labelled so, as
+    `GET /v1/sweeps?label=` does, kept in the page's URL; a filter that is not key=value
+    says why."""
+    from selenium.webdriver.common.by import By
+
+    live, sweep_id, _, _ = served
+    d = browser.driver
+    d.get(live.url + "/sweeps")
+    wait_for("both sweeps", lambda: sorted(_listed_sweeps(browser)) == ["heads-ablation", "lr-grid"])
+    chips = d.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#sweeps-table tbody tr[data-sweep-id]')]"
+        ".map(r => [r.querySelector('td.name a').textContent, [...r.querySelectorAll('a.label-chip')]"
+        ".map(c => c.querySelector('.label-key').textContent + '=' + c.querySelector('.label-value').textContent)]));")
+    assert chips["heads-ablation"] == ["owner=ana", "study=heads"], chips  # sorted by key
+    assert chips["lr-grid"] and all(c.startswith("study=") for c in chips["lr-grid"]), chips
+    note = d.find_element(By.CSS_SELECTOR, "#sweeps-table tr:not([data-sweep-id='%s']) .run-note" % sweep_id)
+    assert note.text.startswith("Do heads matter at this width?") and note.text.endswith("\u2026"), note.text
+    assert len(note.text) <= 60 and "data change" not in note.text, note.text
+    assert note.get_attribute("title") == HEADS["note"]
+    _shot(browser, "sweeps-labels.png")
+
+    label = d.find_element(By.ID, "label-filter")
+    label.send_keys("study=heads")
+    wait_for("the filtered list", lambda: _listed_sweeps(browser) == ["heads-ablation"])
+    assert "label=study%3Dheads" in d.current_url and text_of(browser, "#sweeps-summary") == "1 sweep match."
+    label.clear()
+    label.send_keys("nokey")
+    wait_for("why not", lambda: "key=value" in text_of(browser, "#sweeps-table tbody"))
+    # a chip, clicked, filters on itself; the page opened with ?label= filters at once
+    d.get(live.url + "/sweeps")
+    wait_for("both sweeps", lambda: len(_listed_sweeps(browser)) == 2)
+    d.find_element(By.CSS_SELECTOR, "#sweeps-table a.label-chip[href*='owner']").click()
+    wait_for("the chip's list", lambda: _listed_sweeps(browser) == ["heads-ablation"])
+    assert d.find_element(By.ID, "label-filter").get_attribute("value") == "owner=ana"
+
+    def fits() -> None:  # the chips and the note wrap: no sideways scrolling on a phone
+        assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    at_phone_width(browser, fits)
+    clean(browser, live, allow=("Failed to load resource",))  # the 422 itself
+    d.get(live.url + "/sweeps")  # the list as the next test finds it
+    wait_for("both sweeps", lambda: len(_listed_sweeps(browser)) == 2)
 
 
 def test_the_sweep_page_sorts_by_objective_and_marks_the_pruned_trial(served, browser):

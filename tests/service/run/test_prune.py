@@ -93,6 +93,26 @@ def test_a_cancel_of_a_pruning_job_answers_it_as_it_is(supervisor):
     assert supervisor.requests.cancel("acme", job_id).state is S.PRUNING
 
 
+def test_a_prunes_event_is_dated_at_the_verdict_never_before_the_jobs_last_event(supervisor):
+    """The pruner tells the ranks first and writes after: PRUNING's time is its verdict's
+    (`decided_at`), but never earlier than the job's previous event, nor later than now."""
+    job_id = job_in(supervisor, S.RUNNING)
+    running = supervisor.store.events(job_id)[-1].time.timestamp()
+    decided = time.time()
+    time.sleep(0.05)
+    supervisor.requests.prune(job_id, 7, "behind", decided_at=decided)
+    pruning = supervisor.store.events(job_id)[-1]
+    assert pruning.to_state is S.PRUNING and abs(pruning.time.timestamp() - decided) < 1e-3
+
+    other = job_in(supervisor, S.RUNNING)
+    supervisor.requests.prune(other, 7, "behind", decided_at=running - 60)  # before its RUNNING
+    events = supervisor.store.events(other)
+    assert events[-1].time == events[-2].time  # kept in order
+    late = job_in(supervisor, S.RUNNING)
+    supervisor.requests.prune(late, 7, "behind", decided_at=time.time() + 60)
+    assert supervisor.store.events(late)[-1].time.timestamp() <= time.time()  # never in the future
+
+
 def test_a_prune_of_no_job_is_not_found(supervisor):
     with pytest.raises(JobNotFound):
         supervisor.requests.prune("j-000000000000", 1, "gone")
@@ -194,9 +214,12 @@ def test_a_running_job_pruned_stops_at_once_keeps_its_checkpoint_and_frees_its_w
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_pruned_jobs_ranks_told_at_once_begin_at_most_one_step_after_the_decision(tmp_path):
     """The pruner's stop goes to the ranks from its own thread
-    (`LeaderLoop.stop_now`), not at the runner's next look: the ranks begin
-    at most one step after the decision (the step in flight ends), their
-    rows all read, their last save committed and kept, the group released."""
+    (`LeaderLoop.stop_now`), before the store's PRUNING is written and not at
+    the runner's next look (as the sweep controller does): the ranks begin at
+    most one step after the decision (the step in flight ends), the runner
+    waits for the write rather than take them for a group that stopped short,
+    their rows all read, their last save committed and kept, the group
+    released, no restart."""
     supervisor = make_supervisor(tmp_path, export_on_success="")
     supervisor.start()
     store = supervisor.store
@@ -207,10 +230,11 @@ def test_a_pruned_jobs_ranks_told_at_once_begin_at_most_one_step_after_the_decis
         running = wait_for(lambda: store.get_job(trial.id),
                            lambda j: j.state is S.RUNNING and j.step >= 3)
         decided = time.time()
-        supervisor.requests.prune(trial.id, running.step, "behind")
         supervisor.leader.stop_now(trial.id)
+        time.sleep(0.5)  # a slow write: the ranks may have stopped before it lands
+        supervisor.requests.prune(trial.id, running.step, "behind", decided_at=decided)
         pruned = wait_for(lambda: store.get_job(trial.id), lambda j: j.state.is_terminal, 60)
-        assert pruned.state is S.PRUNED, pruned.error
+        assert pruned.state is S.PRUNED and pruned.restarts == 0, pruned.error
         rows = store.metrics(trial.id)
         assert [r["step"] for r in rows] == list(range(1, pruned.step + 1))  # every row read
         begun = [r["step"] for r in rows if r["wall_time"] - r["step_time_s"] > decided]

@@ -4,6 +4,7 @@ loop on the test's own thread until it lets go of the job."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -111,6 +112,9 @@ class FakeGroup:
             self.rows.append(row)
 
     def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def signal_stop(self) -> None:
         self.stop_requested = True
 
     def startup(self) -> dict[str, float]:
@@ -526,6 +530,43 @@ def test_stop_now_tells_the_ranks_at_once_from_another_thread():
     started = time.monotonic()
     runner._pause()  # nudged: no wait for the poll interval
     assert time.monotonic() - started < 5 and not runner.nudged.is_set()
+
+
+def test_ranks_that_stop_as_their_pruner_says_before_its_write_lands_are_pruned_not_restarted(store):
+    """The pruner tells the ranks first (`stop_now`) and writes PRUNING after: ranks that
+    stopped meanwhile ("done" short of the end) wait for that write, and the job is PRUNED,
+    not restarted for stopping short."""
+    job_id = submit(store)
+    runner: JobRunner | None = None
+
+    def pruner_speaks(group):  # the stop at once; the store's write a moment later
+        assert runner is not None
+        runner.stop_now()
+        threading.Timer(0.3, lambda: store.transition(
+            job_id, S.PRUNING, reason="pruned at step 2: behind", expect=S.RUNNING)).start()
+
+    cluster = FakeCluster([2, pruner_speaks])
+    runner = JobRunner(job_id, store=store, launch=cluster.launch, control=cluster.control(),
+                       policy=RestartPolicy(base_backoff_s=0.5), poll_interval_s=0.01)
+    runner.run()
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts, job.step) == (S.PRUNED, 0, 2), events(store, job_id)
+    assert to_states(store, job_id) == ["RUNNING", "PRUNING", "PRUNED"]
+    assert cluster.groups[0].stop_requested and cluster.groups[0].shut_down
+
+
+def test_ranks_stopped_by_a_pruner_whose_write_never_lands_restart_from_their_save(store, monkeypatch):
+    """A prune whose write found the job moved or failed: the runner waits PRUNE_STOP_S
+    for it, then decides as for any group that stopped short."""
+    monkeypatch.setattr(runner_module, "PRUNE_STOP_S", 0.2)
+    job_id = submit(store)
+    runner: JobRunner | None = None
+    cluster = FakeCluster([2, lambda group: runner.stop_now()], [4, 4, 2, "done"])
+    runner = JobRunner(job_id, store=store, launch=cluster.launch, control=cluster.control(),
+                       policy=RestartPolicy(base_backoff_s=0.01), poll_interval_s=0.01)
+    runner.run()
+    job = store.get_job(job_id)
+    assert job.state is S.SUCCEEDED and job.restarts == 1, events(store, job_id)
 
 
 def test_suspend_checkpoints_and_stops(store):

@@ -8,6 +8,7 @@ and tests/api/test_sweeps.py run sweeps on Ray)."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,8 @@ class StoreJobs:
     def cancel(self, tenant, job_id):
         return self.supervisor.requests.cancel(tenant, job_id)
 
-    def prune(self, job_id, step, reason):
-        return self.supervisor.requests.prune(job_id, step, reason)
+    def prune(self, job_id, step, reason, decided_at=None):
+        return self.supervisor.requests.prune(job_id, step, reason, decided_at)
 
     def delete(self, tenant, job_id):
         return self.supervisor.requests.delete(tenant, job_id)
@@ -177,6 +178,30 @@ def test_asha_prunes_a_trial_behind_the_others_and_the_next_one_starts(superviso
     store.transition(second.job_id, S.PRUNED, reason="its ranks stopped")
     service.run_pass()
     assert store.sweeps.get(sweep.id).state is SweepState.SUCCEEDED  # every job of it ended
+
+
+def test_a_pruned_trials_ranks_are_told_before_the_store_writes_its_pruning(supervisor):
+    """The verdict goes to the job's runner (`stop_now`) while the job is still RUNNING in
+    the store, then PRUNING is written, dated at the verdict: the stop waits on no write."""
+    store = supervisor.store
+    told: list[tuple[str, S, float]] = []
+    service = SweepService(store, StoreJobs(supervisor), check=checked, stop_now=lambda job_id: told.append(
+        (job_id, store.get_job(job_id).state, time.time())))
+    spec = sweep_spec(max_concurrent=1, pruner="asha",
+                      pruner_options={"min_steps": 1, "reduction_factor": 2})
+    sweep, _ = service.submit("acme", spec, None)
+    service.run_pass()
+    run_job(store, store.sweeps.trials(sweep.id)[0].job_id, [1.0, 0.8, 0.6])
+    service.run_pass()
+    second = store.sweeps.trials(sweep.id)[1].job_id
+    run_job(store, second, [9.0], end=None)
+    before = time.time()
+    service.run_pass()
+
+    assert [(job, state) for job, state, _ in told] == [(second, S.RUNNING)]
+    pruning = next(e for e in store.events(second) if e.to_state is S.PRUNING)
+    assert before <= pruning.time.timestamp() <= told[0][2]  # the verdict's time, not the write's
+    assert store.get_job(second).state is S.PRUNING
 
 
 def more_rows(store, job_id: str, rows: dict[int, float]) -> None:

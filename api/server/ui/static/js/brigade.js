@@ -115,6 +115,22 @@ const Brigade = (() => {
       : [value, el("div", {class: "muted small pruned-at"}, `at pruning step ${trial.pruned_step}`)];
   }
 
+  // A run's labels as chips, sorted by key, each a link to the list `list` ("/" the jobs',
+  // "/sweeps" the sweeps') filtered on it; [] where it has none.
+  function labelChips(labels, list, what) {
+    return Object.entries(labels || {}).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => el("a", {
+      class: "label-chip", href: `${list}?label=${encodeURIComponent(`${k}=${v}`)}`, title: `${what} labelled ${k}=${v}`},
+    el("span", {class: "label-key"}, k), el("span", {class: "label-value"}, v)));
+  }
+
+  // A note's first line, cut at `chars` with an ellipsis (the whole note goes in a title).
+  function shortNote(note, chars) {
+    const text = (note || "").trim();
+    const first = text.split("\n", 1)[0];
+    if (first.length > chars) return first.slice(0, chars - 1).trimEnd() + "\u2026";
+    return first.length < text.length ? `${first} \u2026` : first;
+  }
+
   function time(iso) {
     if (!iso) return "-";
     const d = new Date(iso);
@@ -148,6 +164,6 @@ const Brigade = (() => {
     });
   });
 
-  return {api, ApiError, el, fill, badge, bytes, number, trialObjective, time, percent, show, every,
-    TERMINAL};
+  return {api, ApiError, el, fill, badge, bytes, number, trialObjective, labelChips, shortNote, time,
+    percent, show, every, TERMINAL};
 })();

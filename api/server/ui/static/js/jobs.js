@@ -6,7 +6,7 @@
 // goodput of the page's jobs, with one more request for the page. Jobs ticked
 // go to the compare view together.
 document.addEventListener("DOMContentLoaded", () => {
-  const {api, el, fill, badge, number, trialObjective, time} = Brigade;
+  const {api, el, fill, badge, number, trialObjective, labelChips, time} = Brigade;
   const stateFilter = document.getElementById("state-filter");
   const nameFilter = document.getElementById("name-filter");
   const labelFilter = document.getElementById("label-filter");
@@ -92,10 +92,7 @@ document.addEventListener("DOMContentLoaded", () => {
         checked: picked.has(job.id), onchange: (e) => pick(job.id, e.target.checked)}), " ",
         el("a", {href: `/jobs/${encodeURIComponent(job.id)}`}, job.name),
         el("div", {class: "muted mono small id", title: job.id}, job.id),
-        Object.keys(job.labels || {}).length ? el("div", {class: "label-list"},
-          Object.entries(job.labels).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => el("a", {
-            class: "label-chip", href: `/?label=${encodeURIComponent(`${k}=${v}`)}`, title: `jobs labelled ${k}=${v}`},
-            el("span", {class: "label-key"}, k), el("span", {class: "label-value"}, v)))) : null),
+        Object.keys(job.labels || {}).length ? el("div", {class: "label-list"}, labelChips(job.labels, "/", "jobs")) : null),
       admin ? el("td", {class: "hide-narrow"}, job.tenant) : null,
       el("td", {class: "hide-narrow"}, el("span", {class: `kind kind-${kind}`}, kind)),
       el("td", {}, badge(job.state)),

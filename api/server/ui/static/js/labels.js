@@ -5,7 +5,7 @@
 // types in it and saved with PATCH {labels, note} to the run's own URL, which answers
 // the run as it is now. The markup is templates/_labels.html's, its ids by `what`.
 const Labels = (() => {
-  const {api, el, show} = Brigade;
+  const {api, el, labelChips, show} = Brigade;
   const labelsText = (labels) => Object.entries(labels).map(([k, v]) => `${k}=${v}`).join("\n");
 
   // what: "job" or "sweep"; url: the run's (`/v1/jobs/ID`); saved(run): after a save
@@ -14,11 +14,9 @@ const Labels = (() => {
     const noteInput = document.getElementById("note-input");
     let edited = false;
     function draw(run) {
-      const entries = Object.entries(run.labels || {}).sort(([a], [b]) => a.localeCompare(b));
-      document.getElementById(`${what}-labels`).replaceChildren(...(entries.length ? entries.map(([k, v]) =>
-        el("a", {class: "label-chip", href: `/?label=${encodeURIComponent(`${k}=${v}`)}`,
-          title: `jobs labelled ${k}=${v}`}, el("span", {class: "label-key"}, k), el("span", {class: "label-value"}, v)))
-        : [el("span", {class: "muted small"}, "No labels.")]));
+      const chips = labelChips(run.labels, "/", "jobs");
+      document.getElementById(`${what}-labels`).replaceChildren(
+        ...(chips.length ? chips : [el("span", {class: "muted small"}, "No labels.")]));
       show(document.getElementById(`${what}-note`), run.note || "");
       if (!edited) {
         labelsInput.value = labelsText(run.labels || {});
