@@ -56,7 +56,8 @@ from workers.cluster.nodes import draining_nodes
 from workers.cluster.rank_actor import ENGINE, RankActor
 
 logger = logging.getLogger(__name__)
-_RemoteRankActor = ray.remote(concurrency_groups={ENGINE: 1})(RankActor)
+# (Ray's typing of `remote` lists no `concurrency_groups`; Ray takes it, and not in `.options`.)
+_RemoteRankActor = ray.remote(concurrency_groups={ENGINE: 1})(RankActor)  # type: ignore[call-overload]
 REFILL_DELAY_S = 3.0  # after a take, the refill waits this long: the job's start has the CPUs first
 CHECK_S = 1.0  # how often the refill looks at the pool (and new nodes) otherwise
 

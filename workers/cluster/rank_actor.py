@@ -161,6 +161,9 @@ class RankActor:
     def setup(self, addr: str, port: int, timeout_s: float, join_timeout_s: float | None = None) -> str:
         """Join the process group once every rank has arrived (within
         `join_timeout_s`); returns the backend (NCCL on a GPU, else gloo)."""
+        return self._setup(addr, port, timeout_s, join_timeout_s)
+
+    def _setup(self, addr: str, port: int, timeout_s: float, join_timeout_s: float | None) -> str:
         import torch
 
         self._timeline.setdefault("torch_imported", time.time())
@@ -316,7 +319,7 @@ class RankActor:
                 raise RuntimeError(f"rank {self.rank}: the peer holding its copy has no snapshot "
                                    f"of step {plan.step}")
         self._peer = plan.peer
-        self.setup(plan.addr, plan.port, plan.timeout_s, plan.join_timeout_s)
+        self._setup(plan.addr, plan.port, plan.timeout_s, plan.join_timeout_s)
         self._state = "running"
         return payload
 
