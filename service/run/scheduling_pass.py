@@ -206,6 +206,11 @@ class SchedulingPass:
         with self._history_lock:
             return copy.deepcopy(self.history)
 
+    def flavor_history_copy(self) -> dict[str, ServiceHistory]:
+        """The fair-share history per flavor as of the latest pass, copied."""
+        with self._history_lock:
+            return copy.deepcopy(self.flavor_history)
+
     def held(self, jobs: list[JobRecord]) -> Resources:
         """What these jobs' workers hold."""
         return Resources.total(self._running(job).holds for job in jobs)

@@ -131,7 +131,8 @@ class StartForecasts:
         settings = replace(settings, fair_share_horizon_s=self.scheduling.settings.fair_share_horizon_s)
         return {**forecast_starts(running, waiting, tenants, Resources(**cluster_capacity()), now,
                                   self.scheduling.history_copy(), settings,
-                                  self.scheduling.flavor_totals()), **waits}
+                                  self.scheduling.flavor_totals(),
+                                  self.scheduling.flavor_history_copy()), **waits}
 
     def _rows(self, job: JobRecord) -> list[dict]:
         rows = self.store.metrics(job.id, since_step=max(0, job.step - WINDOW + 1))

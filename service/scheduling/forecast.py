@@ -108,6 +108,7 @@ class _Sim:
     def __init__(self, running: Sequence[RunningWork], queued: Sequence[QueuedWork],
                  history: ServiceHistory, settings: ForecastSettings, now: float):
         self.settings, self.history = settings, history
+        self.flavor_histories: dict[str, ServiceHistory] = {}
         self.queued = {work.job.id: work for work in queued}
         self.held: dict[str, _Held] = {}
         for work in running:
@@ -171,13 +172,17 @@ def forecast_starts(
     tenants: Mapping[str, TenantPolicy], total: Resources, now: float,
     history: ServiceHistory | None = None, settings: ForecastSettings = ForecastSettings(),
     flavor_totals: Mapping[str, Resources] | None = None,
+    flavor_histories: Mapping[str, ServiceHistory] | None = None,
 ) -> dict[str, Forecast]:
     """Each queued job's forecast, by id. `history`: the live pass's
     fair-share history (copied, never changed); None: an empty one.
     `flavor_totals`: each flavor's nodes' capacity (a job of a flavor
-    starts only there); fair share on a flavor counts the shares held now."""
+    starts only there); `flavor_histories`: the live pass's fair-share
+    history per flavor (copied), fed the simulated runs of that flavor as
+    the pass feeds it the real ones; a flavor without one starts empty."""
     history = copy.deepcopy(history) if history is not None else ServiceHistory(3600.0)
     sim = _Sim(running, queued, history, settings, now)
+    sim.flavor_histories = {flavor: copy.deepcopy(h) for flavor, h in (flavor_histories or {}).items()}
     first_queued = {work.job.id for work in queued}
     scheduler, preemption = Scheduler(), PreemptionPolicy()
     starts: dict[str, float] = {}
@@ -217,12 +222,20 @@ def _pass(sim: _Sim, scheduler: Scheduler, preemption: PreemptionPolicy,
     does it: admit, start, then offer `needs_room` to preemption. The
     waiting reasons it gives."""
     running = sim.running
+    totals = flavor_totals or {}
     capacity = capacity_now(total, running, flavor_totals)
     sim.history.observe({job.id: (job.tenant, job.holds) for job in running}, t)
+    for flavor in set(totals) | set(sim.flavor_histories):
+        history = sim.flavor_histories.setdefault(flavor, ServiceHistory(sim.history.window_s))
+        history.observe({job.id: (job.tenant, job.holds) for job in running
+                         if job.demand.flavor == flavor}, t)
     scheduler.horizon_s = sim.history.typical_run_s(sim.settings.fair_share_horizon_s)
     owed = sim.history.owed(total, t, scheduler.horizon_s)
+    owed_by_flavor = {flavor: history.owed(totals.get(flavor, Resources()), t, scheduler.horizon_s)
+                      for flavor, history in sim.flavor_histories.items()}
     queued = {job_id: work.job for job_id, work in sim.queued.items()}
-    decision = scheduler.admit(list(queued.values()), running, tenants, capacity, owed)
+    decision = scheduler.admit(list(queued.values()), running, tenants, capacity, owed,
+                               owed_by_flavor)
     for job_id, workers in decision.start:
         starts.setdefault(job_id, t)
         sim.start(job_id, workers, t)

@@ -182,3 +182,33 @@ def test_only_queued_jobs_are_forecast_and_a_big_queue_is_quick():
     times = [got[f"q{i}"].expected_start for i in range(300)]
     assert all(t is not None for t in times)
     assert max(times) > NOW + 60 * 10  # 300 jobs of ~13 s on 4 slots
+
+
+def test_fair_share_on_a_flavor_remembers_what_each_tenant_had_of_that_flavor():
+    # Tenant b ran long lately, but not on flavor a100; tenant a had a while
+    # there. On a100 b's job goes first, as the live pass would have it with
+    # its history of a100; with none of a100's history, FCFS puts a's first.
+    from dataclasses import replace
+
+    def on_a100(work):
+        return replace(work, job=replace(work.job, demand=replace(work.job.demand, flavor="a100")))
+
+    whole = ServiceHistory(3600)
+    whole.restore("old-b", "b", Resources(1), NOW - 1000, NOW - 10, NOW)
+    whole.restore("old-a", "a", Resources(1), NOW - 300, NOW - 10, NOW)
+    of_a100 = ServiceHistory(3600)
+    of_a100.restore("old-a", "a", Resources(1), NOW - 300, NOW - 10, NOW)
+    running_ = [on_a100(held("A", 10, 1.0, tenant="c"))]
+    queued_ = [on_a100(waits("a1", tenant="a", at=1)), on_a100(waits("b1", tenant="b", at=2))]
+    totals = {"a100": Resources(1)}
+
+    def forecast(flavor_histories):
+        return forecast_starts(running_, queued_, tenants("a", "b", "c"), Resources(2), NOW, whole,
+                               QUICK, totals, flavor_histories)
+
+    before = of_a100.owed(Resources(1), NOW + 100, 60.0)
+    got = forecast({"a100": of_a100})
+    assert got["b1"].expected_start < got["a1"].expected_start
+    assert of_a100.owed(Resources(1), NOW + 100, 60.0) == before  # copied, not fed the simulation
+    without = forecast(None)
+    assert without["a1"].expected_start < without["b1"].expected_start
