@@ -50,6 +50,7 @@ from service.store.job_reads import JobReads
 from service.store.leases import LeaseStore
 from service.store.models import (
     LOG_LINE_LENGTH,
+    Flavor,
     Job,
     JobEvent,
     JobLog,
@@ -62,7 +63,7 @@ from service.store.recovery_event import RECOVERY, Recovery
 from service.store.sessions import SessionStore
 from service.store.sweeps import SweepStore
 from service.store.tenants import TenantStore, tenant_policy
-from workers.schema import JobSpec
+from workers.schema import JobSpec, SpecError
 
 MIGRATIONS_DIR = str(Path(__file__).resolve().with_name("migrations"))
 TRANSITION_TRIES = 8  # compare-and-set attempts before ConcurrentUpdate
@@ -203,6 +204,7 @@ class JobStore:
             with self._write() as session:
                 if found := self._check_quota(session, tenant, idempotency_key, demand):
                     return found, False  # the same key committed while this one waited
+                self._check_flavor_kept(session, spec)
                 session.add(job)
                 session.flush()  # the job row before its event's foreign key
                 session.add(JobEvent(job_id=job.id, time=now, from_state=None,
@@ -216,6 +218,19 @@ class JobStore:
             return existing, False
         keep_parsed_spec(record.id, spec)  # stored as spec.to_json(): no second parse of it
         return record, True
+
+    @staticmethod
+    def _check_flavor_kept(session: Session, spec: JobSpec) -> None:
+        """The job's flavor still exists, its row locked until the job is in
+        (Postgres; SQLite's writers are serialised): a delete of the flavor
+        (`FlavorStore.delete`, which locks it too) either sees this job and is
+        refused, or comes first and this submit is refused, never a job of a
+        flavor gone. The submit check read it before, without a lock."""
+        name = spec.resources_per_worker.flavor
+        if name is not None and session.get(Flavor, name, with_for_update=True) is None:
+            field = "resources_per_worker.flavor"
+            raise SpecError(field, f"{field}: no flavor {name!r} (deleted while the job was "
+                                   "submitted)")
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord | None:
         """The job, or None; with `tenant`, None unless the job is that tenant's."""

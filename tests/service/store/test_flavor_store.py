@@ -13,6 +13,7 @@ from store_harness import SPEC
 from service.states import JobState
 from service.store.errors import FlavorConflict, FlavorInUse, FlavorNotFound
 from service.store.models import utcnow
+from workers.schema import SpecError
 
 A100 = {"brigade.io/gpu": "a100"}
 
@@ -70,6 +71,18 @@ def test_delete_is_refused_while_an_unfinished_job_asks_for_it(store):
     assert store.flavors.get("a100") is None
     with pytest.raises(FlavorNotFound):
         store.flavors.delete("a100")
+
+
+def test_a_job_of_a_flavor_deleted_after_its_submit_check_is_refused_at_its_insert(store):
+    # The submit check (service/intake/flavors.py) read the flavor; a delete
+    # came between it and the insert, which checks again under the row's lock.
+    store.flavors.put("a100", labels=A100, price_per_worker_hour=1)
+    spec = SPEC.model_copy(update={"resources_per_worker": SPEC.resources_per_worker.model_copy(
+        update={"flavor": "a100"})})
+    store.flavors.delete("a100")
+    with pytest.raises(SpecError, match="resources_per_worker.flavor: no flavor 'a100'"):
+        store.create_job(tenant="acme", name="j", spec=spec)
+    assert store.list_jobs(tenant="acme")[1] == 0
 
 
 def test_price_at_is_the_price_put_last_before_then(store):
