@@ -463,18 +463,19 @@ class WorkerGroup:
         if all(pg.id != kept.id for kept in self._moved_pgs):
             self._moved_pgs.append(pg)
 
-    def _spawn_rank(self, rank: int, nodes: dict | None = None) -> tuple:
+    def _spawn_rank(self, rank: int, nodes: dict | None = None, *, replacing: bool = False) -> tuple:
         """Rank `rank`'s actor (warm from the pool on its bundle's node, where
         Ray put the bundle and the pool has one; else cold in its bundle), and
         the reference of its `node_info`. `nodes`: where Ray put the bundles
-        of the group's own placement group, where known."""
+        of the group's own placement group, where known. `replacing`: a lost
+        rank's replacement (the pool refills at once: `RankPool.take`)."""
         assert self._pg is not None and self._gang is not None
         threads = max(1, int(self.cpus_per_worker))
         pg, bundle = self._placed.get(rank, (self._pg, self._gang.bundle_of_rank[rank]))
         if self.pool and (nodes is None or pg is not self._pg):
             nodes = placement_group_table(pg)["bundles_to_node_id"]
         node = (nodes or {}).get(bundle)  # where Ray put the bundle (known only with a pool)
-        actor = self.pool.take(node) if self.pool and node else None
+        actor = self.pool.take(node, hold_refill=not replacing) if self.pool and node else None
         if actor is not None:
             if rank not in self.pooled_ranks:
                 self.pooled_ranks.append(rank)

@@ -119,16 +119,20 @@ class RankPool:
         if self.fork_servers is not None:
             self.fork_servers.shutdown()
 
-    def take(self, node_id: str):
+    def take(self, node_id: str, *, hold_refill: bool = True):
         """A warm rank process on `node_id`, now the caller's (it must
-        `assign` it, and kill it at the end), or None where there is none."""
+        `assign` it, and kill it at the end), or None where there is none.
+        `hold_refill`: the refill waits `refill_delay_s` (a job's start has
+        the CPUs first); a replacement's take (recovery in place) refills at
+        once, since the next fault may come before the delay is over."""
         with self._lock:
             warm = self._warm.get(node_id)
             if not warm:
                 return None
             actor = warm.pop(0)
             self.handed_out += 1
-            self._hold_until = time.monotonic() + self.refill_delay_s
+            if hold_refill:
+                self._hold_until = time.monotonic() + self.refill_delay_s
         self._wake.set()
         return actor
 

@@ -145,7 +145,7 @@ def _replace(group: WorkerGroup, lost: list[int]) -> None:
     for rank in lost:
         if group.name_prefix:
             _await_name_free(f"{group.name_prefix}-rank-{rank}")
-        actor, infos[rank] = group._spawn_rank(rank)
+        actor, infos[rank] = group._spawn_rank(rank, replacing=True)
         group._actors[rank] = actor
     for rank, ref in infos.items():
         try:

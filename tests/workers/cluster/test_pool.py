@@ -97,3 +97,23 @@ def test_a_new_pool_clears_what_a_crashed_one_left_idle(pool):
     finally:
         successor.shutdown()
         ray.kill(serving, no_restart=True)
+
+
+def test_a_replacements_take_refills_at_once_and_a_starts_take_after_the_delay():
+    """A job's start holds the refill back (its ranks have the CPUs first); a
+    lost rank's replacement does not: the next fault may come before the delay."""
+    prefix = unique_prefix()
+    pool = RankPool(1, name_prefix=prefix, refill_delay_s=600).start()
+    taken = []
+    try:
+        assert pool.wait_warm(WARM_WITHIN_S), pool.warm()
+        [node] = pool.warm()
+        taken.append(pool.take(node, hold_refill=False))
+        assert pool.wait_warm(WARM_WITHIN_S), pool.warm()  # refilled within the 600 s delay
+        taken.append(pool.take(node))
+        assert not pool.wait_warm(5.0) and pool.warm().get(node, 0) == 0  # held back
+    finally:
+        for actor in taken:
+            ray.kill(actor, no_restart=True)
+        pool.shutdown()
+    assert_nothing_left(prefix)
