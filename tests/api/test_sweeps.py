@@ -74,6 +74,16 @@ def cancel_and_wait(http: httpx.Client, job_id: str, timeout_s: float = 60.0) ->
         time.sleep(0.2)
 
 
+def jobs_ended(http: httpx.Client, sweep_id: str, timeout_s: float = 60.0) -> None:
+    """Wait for every job of the sweep to end: a cancelled sweep says CANCELLED
+    at once, while its trials' jobs still give their workers back (CANCELLING)."""
+    deadline = time.monotonic() + timeout_s
+    while live := [j for j in http.get("/v1/jobs", params={"sweep": sweep_id}).json()["items"]
+                   if j["state"] not in (*FINAL, "PRUNED")]:
+        assert time.monotonic() < deadline, live
+        time.sleep(0.2)
+
+
 def refused(http: httpx.Client, body: dict) -> dict:
     r = http.post("/v1/sweeps", json=body)
     assert r.status_code == 422, r.text
@@ -342,3 +352,5 @@ def test_sweep_submit_dash_f_names_the_file_and_a_bare_dash_f_still_follows(serv
         followed = running.result(timeout=120)
     assert followed.exit_code == 1, followed.output  # followed to its end: CANCELLED
     assert f"sweep {found[0]['id']}: CANCELLED" in followed.stderr and OLD_FOLLOW_NOTE in followed.stderr
+    for cancelled in (sweep_id, found[0]["id"]):  # the module leaves Ray as it found it
+        jobs_ended(http, cancelled)
