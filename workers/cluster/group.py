@@ -468,14 +468,14 @@ class WorkerGroup:
         Ray put the bundle and the pool has one; else cold in its bundle), and
         the reference of its `node_info`. `nodes`: where Ray put the bundles
         of the group's own placement group, where known. `replacing`: a lost
-        rank's replacement (the pool refills at once: `RankPool.take`)."""
+        rank's replacement (the pool refills sooner: `RankPool.take`)."""
         assert self._pg is not None and self._gang is not None
         threads = max(1, int(self.cpus_per_worker))
         pg, bundle = self._placed.get(rank, (self._pg, self._gang.bundle_of_rank[rank]))
         if self.pool and (nodes is None or pg is not self._pg):
             nodes = placement_group_table(pg)["bundles_to_node_id"]
         node = (nodes or {}).get(bundle)  # where Ray put the bundle (known only with a pool)
-        actor = self.pool.take(node, hold_refill=not replacing) if self.pool and node else None
+        actor = self.pool.take(node, replacing=replacing) if self.pool and node else None
         if actor is not None:
             if rank not in self.pooled_ranks:
                 self.pooled_ranks.append(rank)

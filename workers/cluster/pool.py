@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 # (Ray's typing of `remote` lists no `concurrency_groups`; Ray takes it, and not in `.options`.)
 _RemoteRankActor = ray.remote(concurrency_groups={ENGINE: 1})(RankActor)  # type: ignore[call-overload]
 REFILL_DELAY_S = 3.0  # after a take, the refill waits this long: the job's start has the CPUs first
+REPLACED_REFILL_DELAY_S = 1.0  # after a replacement's take: its first step goes first
 CHECK_S = 1.0  # how often the refill looks at the pool (and new nodes) otherwise
 
 
@@ -119,20 +120,22 @@ class RankPool:
         if self.fork_servers is not None:
             self.fork_servers.shutdown()
 
-    def take(self, node_id: str, *, hold_refill: bool = True):
+    def take(self, node_id: str, *, replacing: bool = False):
         """A warm rank process on `node_id`, now the caller's (it must
         `assign` it, and kill it at the end), or None where there is none.
-        `hold_refill`: the refill waits `refill_delay_s` (a job's start has
-        the CPUs first); a replacement's take (recovery in place) refills at
-        once, since the next fault may come before the delay is over."""
+        The refill then waits `refill_delay_s` (a job's start has the CPUs
+        first); after a replacement's take (`replacing`: recovery in place)
+        only `REPLACED_REFILL_DELAY_S`, past the replacement's first step, as
+        the next fault may come before the longer delay is over."""
         with self._lock:
             warm = self._warm.get(node_id)
             if not warm:
                 return None
             actor = warm.pop(0)
             self.handed_out += 1
-            if hold_refill:
-                self._hold_until = time.monotonic() + self.refill_delay_s
+            delay = min(self.refill_delay_s, REPLACED_REFILL_DELAY_S) if replacing else self.refill_delay_s
+            self._hold_until = max(self._hold_until if not replacing else 0.0,
+                                   time.monotonic() + delay)
         self._wake.set()
         return actor
 
