@@ -31,6 +31,7 @@ from workers.schema import JobSpec
 
 logger = logging.getLogger(__name__)
 PRUNE_TRIES = 5  # a prune decided again as often where the job keeps moving meanwhile
+CANCEL_TRIES = 5  # a cancel written again as often where the job keeps moving meanwhile
 
 
 class JobRequests:
@@ -61,22 +62,25 @@ class JobRequests:
                       store=self.store, checkpoints_of=self.storage.checkpoint_store)
 
     def cancel(self, tenant: str, job_id: str) -> JobRecord:
-        """Idempotent: a job cancelled (or being cancelled) already is answered as it is."""
-        job = reachable_job(self.store, tenant, job_id)
+        """Idempotent: a job cancelled (or being cancelled) already is answered
+        as it is. A job that moves while the cancel is written (admitted,
+        started: the leader's own writes) is cancelled from where it went."""
         by = _who(tenant)
-        try:
+        tries = CANCEL_TRIES
+        while True:
+            job = reachable_job(self.store, tenant, job_id)
             if _cancelled_or_stopping(job.state):  # a pruned one stops anyway
                 return job
-            if job.state in WITHOUT_WORKERS:
-                return self.store.transition(job_id, S.CANCELLED, reason=f"cancelled by {by}",
-                                             expect=job.state)
-            return self.store.transition(job_id, S.CANCELLING, reason=f"cancel requested by {by}",
-                                         expect=job.state)
-        except UnexpectedState:  # it moved meanwhile: maybe a cancel that won the race
-            now = reachable_job(self.store, tenant, job_id)
-            if _cancelled_or_stopping(now.state):
-                return now
-            raise
+            try:
+                if job.state in WITHOUT_WORKERS:
+                    return self.store.transition(job_id, S.CANCELLED, reason=f"cancelled by {by}",
+                                                 expect=job.state)
+                return self.store.transition(job_id, S.CANCELLING,
+                                             reason=f"cancel requested by {by}", expect=job.state)
+            except UnexpectedState:  # it moved meanwhile: cancel it from where it is now
+                tries -= 1
+                if not tries:
+                    raise
 
     def prune(self, job_id: str, step: int, reason: str,
               decided_at: float | None = None) -> JobRecord:

@@ -93,6 +93,24 @@ def test_a_cancel_of_a_pruning_job_answers_it_as_it_is(supervisor):
     assert supervisor.requests.cancel("acme", job_id).state is S.PRUNING
 
 
+def test_a_cancel_that_races_the_jobs_start_cancels_it_from_where_it_went(supervisor, monkeypatch):
+    # The leader writes STARTING -> RUNNING between the cancel's read and its
+    # write (seen in CI: the cancel was refused, and the job trained on).
+    store = supervisor.store
+    job_id = job_in(supervisor, S.STARTING)
+    transition, raced = store.transition, []
+
+    def leader_first(job: str, to: S, **kw):
+        if not raced:
+            raced.append(transition(job, S.RUNNING, reason="started (the leader, meanwhile)"))
+        return transition(job, to, **kw)
+
+    monkeypatch.setattr(store, "transition", leader_first)
+    assert supervisor.requests.cancel("acme", job_id).state is S.CANCELLING
+    assert [(e.from_state, e.to_state) for e in store.events(job_id)][-2:] == [
+        (S.STARTING, S.RUNNING), (S.RUNNING, S.CANCELLING)]
+
+
 def test_a_prunes_event_is_dated_at_the_verdict_never_before_the_jobs_last_event(supervisor):
     """The pruner tells the ranks first and writes after: PRUNING's time is its verdict's
     (`decided_at`), but never earlier than the job's previous event, nor later than now."""
