@@ -124,7 +124,8 @@ def test_the_cli_queues_a_preparation_and_follows_it(live):
         "--output", f"{data}/from-cli", "--tokenizer", f"{data}/tokenizer.json", "--workers", "1",
         "--url", url, "--key", ADMIN_KEY])
     assert result.exit_code == 0, result.output
-    job_id = result.output.split()[0]
+    # the job's id is a line of its own (Ray's driver may print its workers' lines in between)
+    [job_id] = [line for line in result.stdout.split() if line.startswith("j-")][:1]
     assert client.get(job_id).spec.kind == "prepare" and client.get(job_id).state is JobState.SUCCEEDED
     assert "index.json" in files_of(f"{data}/from-cli")
 

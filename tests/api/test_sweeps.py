@@ -253,8 +253,9 @@ def test_the_example_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
 
     followed = brigade("sweep", "submit", "-F", str(EXAMPLE))
     assert followed.exit_code == 0, followed.output
-    sweep_id = followed.stdout.split()[0]
-    assert sweep_id.startswith("s-") and f"sweep {sweep_id}: SUCCEEDED" in followed.stderr
+    # its id a line of its own (Ray's driver, this process, may print its workers' lines between)
+    [sweep_id] = [word for word in followed.stdout.split() if word.startswith("s-")][:1]
+    assert f"sweep {sweep_id}: SUCCEEDED" in followed.stderr
     assert "best: trial" in followed.stderr and "pruned at step" in followed.stderr
 
     view = http.get(f"/v1/sweeps/{sweep_id}").json()
