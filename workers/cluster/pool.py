@@ -134,8 +134,7 @@ class RankPool:
             actor = warm.pop(0)
             self.handed_out += 1
             delay = min(self.refill_delay_s, REPLACED_REFILL_DELAY_S) if replacing else self.refill_delay_s
-            self._hold_until = max(self._hold_until if not replacing else 0.0,
-                                   time.monotonic() + delay)
+            self._hold_until = time.monotonic() + delay
         self._wake.set()
         return actor
 

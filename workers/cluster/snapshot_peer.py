@@ -55,8 +55,7 @@ class SnapshotSender:
         self._rank = rank
         self._cond = threading.Condition()
         self._pending: Any = None  # a lease on the newest snapshot not yet sent
-        self._sending = False  # a copy on its way
-        self.in_flight: int | None = None  # the step of the copy on its way, while it is
+        self.in_flight: int | None = None  # the step of the copy on its way (None: none is)
         self._failed = False  # the latest copy did not reach the peer
         self._thread: threading.Thread | None = None
 
@@ -80,7 +79,6 @@ class SnapshotSender:
                 while self._pending is None:
                     self._cond.wait()
                 lease, self._pending = self._pending, None
-                self._sending = True
                 self.in_flight = lease.payload.step
             peer = self._rank._peer
             try:
@@ -99,18 +97,18 @@ class SnapshotSender:
             finally:
                 lease.release()  # released once (a second release does nothing)
                 with self._cond:
-                    self._sending, self.in_flight = False, None
+                    self.in_flight = None
                     self._cond.notify_all()
 
     def delivered(self) -> bool:
         """Whether the latest snapshot queued is with the peer: nothing waits
         to go or is on its way, and the last copy sent arrived."""
         with self._cond:
-            return self._pending is None and not self._sending and not self._failed
+            return self._pending is None and self.in_flight is None and not self._failed
 
     def flush(self, timeout_s: float = SEND_TIMEOUT_S) -> bool:
         """Wait until every snapshot queued has gone to the peer (or failed to);
         whether that happened within `timeout_s`."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._pending is None and not self._sending,
+            return self._cond.wait_for(lambda: self._pending is None and self.in_flight is None,
                                        timeout=timeout_s)
