@@ -244,7 +244,7 @@ class CommCounter:
             self._tally.exposed_s += elapsed
             if not is_async:
                 self._tally.time_s += elapsed
-        return _TimedWork(result, start, self) if is_async else result
+        return _TimedWork(result, start, elapsed, self) if is_async else result
 
     def _add_time(self, comm_s: float, exposed_s: float) -> None:
         with self._lock:
@@ -259,11 +259,17 @@ class CommCounter:
 
 class _TimedWork(dist.Work):
     """An async collective's Work (FSDP checks `isinstance(work, Work)` before
-    waiting): `wait()` adds its time in flight and the time it held the caller."""
+    waiting): `wait()` adds its time in flight and the time it held the caller.
 
-    def __init__(self, work: dist.Work, issued: float, counter: CommCounter):
+    In flight ends when the completion callback ran, if that was before the
+    wait began; a collective the caller was already waiting for is in flight
+    until the wait returns (the caller's wake-up, which on a loaded machine
+    can come well after the callback, held it too). Either way it is never
+    less than the time it held the caller: exposed <= comm, per collective."""
+
+    def __init__(self, work: dist.Work, issued: float, issue_s: float, counter: CommCounter):
         super().__init__()
-        self._work, self._issued, self._counter = work, issued, counter
+        self._work, self._issued, self._issue_s, self._counter = work, issued, issue_s, counter
         self._done_at: float | None = None
         self._timed = False
         work.get_future().add_done_callback(self._mark_done)
@@ -277,8 +283,11 @@ class _TimedWork(dist.Work):
         end = time.perf_counter()
         if not self._timed:  # a second wait finds it done: nothing more to count
             self._timed = True
-            done = end if self._done_at is None else min(self._done_at, end)
-            self._counter._add_time(done - self._issued, end - start)
+            done_at = self._done_at
+            done = done_at if done_at is not None and done_at <= start else end
+            held = end - start
+            in_flight = max(done - self._issued, self._issue_s + held)
+            self._counter._add_time(in_flight, held)
         return result
 
     def is_completed(self) -> bool:

@@ -106,10 +106,11 @@ def test_explicit_prefetch_changes_the_timing_not_the_losses(groups):
     assert [m["loss"] for m in ahead] == pytest.approx([m["loss"] for m in implicit], abs=1e-6)
     for m in implicit + ahead:
         assert m["collectives"] == implicit[0]["collectives"]
-        # Exposed is the part of the time in flight that held the training thread.
+        # Exposed is the part of the time in flight that held the training thread,
+        # per collective (workers/engine/comm.py), however late a wait wakes.
         # (Time in flight is stamped by a completion callback, which may run a
         # moment after the step ends: only exposed time is bounded by the step.)
-        assert 0 < m["exposed_comm_s"] <= 1.05 * m["comm_time_s"] + 1e-3  # clocks of two threads
+        assert 0 < m["exposed_comm_s"] <= m["comm_time_s"] + 1e-9
         assert m["exposed_comm_s"] < m["step_time_s"]
     # Without prefetch every gloo collective blocks: all of it is exposed.
     assert all(m["exposed_comm_s"] == m["comm_time_s"] for m in implicit)
