@@ -34,7 +34,8 @@ from service.states import ACTIVE
 from service.states import JobState as S
 from service.store import JobRecord, JobStore
 from workers.cluster.errors import RankError, WorkerGroupError
-from workers.cluster.group import WorkerGroup, placed_groups
+from workers.cluster.group import WorkerGroup
+from workers.cluster.placed import placed_groups
 
 logger = logging.getLogger(__name__)
 RELAUNCH_WAIT_S = 15.0  # how long a cut-short launch's remains may take to leave Ray's names

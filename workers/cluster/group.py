@@ -19,10 +19,8 @@ rather than joined.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Mapping
-from typing import overload
 
 import ray
 from ray.util import placement_group_table
@@ -30,10 +28,11 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from checkpoints import CheckpointTarget
-from workers.cluster.errors import PlacementTimeoutError, RankError, WorkerGroupError
+from workers.cluster.errors import PlacementTimeoutError, WorkerGroupError
 from workers.cluster.group_status import GroupStatus
 from workers.cluster.in_place import CannotMove, CannotRecover, in_place_for, peer_of
 from workers.cluster.move import PLACEMENT_WAIT_S, Move, move_in_place
+from workers.cluster.placed import moved_placement_groups
 from workers.cluster.placement import (
     PLACEMENT_STRATEGIES,
     GangBundles,
@@ -46,6 +45,7 @@ from workers.cluster.rank_actor import SIGTERM_GRACE_S
 from workers.cluster.rank_calls import await_answers, await_ranks
 from workers.cluster.rank_info import RankInfo, rank_where
 from workers.cluster.replace import Recovery, recover_in_place
+from workers.cluster.training_run import TrainingRun
 from workers.schema import JobSpec
 from workers.schema.flavor import matches
 
@@ -341,7 +341,12 @@ class WorkerGroup:
             group._pg = ray.util.get_placement_group(f"{name_prefix}-pg")
         except ValueError:
             group._pg = None
-        group._moved_pgs = moved_placement_groups(name_prefix)
+        for pg, ranks in moved_placement_groups(name_prefix):  # oldest first: a later move wins
+            for bundle, rank in enumerate(ranks):
+                if rank < num_workers:
+                    group.place_rank(rank, pg, bundle)
+            if all(pg.id != kept.id for kept in group._moved_pgs):
+                group._moved_pgs.append(pg)  # removed with the group, whoever runs there
         return group
 
     def status(self) -> GroupStatus:
@@ -463,6 +468,14 @@ class WorkerGroup:
         if all(pg.id != kept.id for kept in self._moved_pgs):
             self._moved_pgs.append(pg)
 
+    def placed_in(self, rank: int) -> tuple[PlacementGroup | None, int | None]:
+        """The placement group and bundle where rank `rank` runs (or its
+        replacement would): a move's (`place_rank`), else the group's own
+        (its bundle None until the group knows its bundles)."""
+        if rank in self._placed:
+            return self._placed[rank]
+        return self._pg, None if self._gang is None else self._gang.bundle_of_rank[rank]
+
     def _spawn_rank(self, rank: int, nodes: dict | None = None, *, replacing: bool = False) -> tuple:
         """Rank `rank`'s actor (warm from the pool on its bundle's node, where
         Ray put the bundle and the pool has one; else cold in its bundle), and
@@ -471,7 +484,8 @@ class WorkerGroup:
         rank's replacement (the pool refills sooner: `RankPool.take`)."""
         assert self._pg is not None and self._gang is not None
         threads = max(1, int(self.cpus_per_worker))
-        pg, bundle = self._placed.get(rank, (self._pg, self._gang.bundle_of_rank[rank]))
+        pg, bundle = self.placed_in(rank)
+        assert pg is not None and bundle is not None
         if self.pool and (nodes is None or pg is not self._pg):
             nodes = placement_group_table(pg)["bundles_to_node_id"]
         node = (nodes or {}).get(bundle)  # where Ray put the bundle (known only with a pool)
@@ -532,32 +546,6 @@ class WorkerGroup:
             self.shutdown()
 
 
-def moved_placement_groups(name_prefix: str) -> list[PlacementGroup]:
-    """The live placement groups made to move ranks of the group `name_prefix`
-    (workers/cluster/move.py names them `{name_prefix}-moved-...`)."""
-    found = []
-    for entry in placement_group_table().values():
-        name = entry.get("name", "")
-        if name.startswith(f"{name_prefix}-moved-") and entry.get("state") != "REMOVED":
-            with contextlib.suppress(ValueError):  # removed meanwhile
-                found.append(ray.util.get_placement_group(name))
-    return found
-
-
-def placed_groups(prefix: str) -> dict[str, int]:
-    """The worker groups whose names start with `prefix` that hold a
-    placement group on the cluster now (pending or placed, not removed):
-    each one's name (as `name_prefix`) and its number of bundles."""
-    found: dict[str, int] = {}
-    if not ray.is_initialized():
-        return found  # no cluster joined: nothing of ours on one
-    for entry in placement_group_table().values():
-        name = entry.get("name") or ""
-        if name.startswith(prefix) and name.endswith("-pg") and entry.get("state") != "REMOVED":
-            found[name.removesuffix("-pg")] = len(entry.get("bundles") or {})
-    return found
-
-
 def _named(lookup) -> bool:
     """Whether Ray still finds what `lookup` looks up by name (it raises
     ValueError for a name that nothing holds)."""
@@ -573,61 +561,3 @@ def _failure(answer: object) -> str | None:
     if isinstance(answer, dict) and answer.get("state") == "failed":
         return str(answer.get("error"))
     return None
-
-
-class TrainingRun:
-    """Training in flight on every rank of a group: poll it without blocking.
-    With recovery in place on (`WorkerGroup.in_place`), `wait` replaces a
-    lost rank and goes on (`recoveries` lists them); a driver that polls
-    `status` instead calls `WorkerGroup.recover` itself."""
-
-    def __init__(self, group: WorkerGroup, refs: list, *, spec: JobSpec,
-                 checkpoint: CheckpointTarget | None = None, stop_after: int | None = None):
-        self._group = group
-        self._refs = refs
-        self.spec, self.checkpoint, self.stop_after = spec, checkpoint, stop_after
-        self._steps: dict[int, dict] = {}  # rank 0's metrics fetched so far, by step
-        self._fetched = 0  # rank 0's rows read (its process's: a new rank 0 starts again)
-        self.recoveries: list[Recovery] = []
-
-    def replace(self, rank: int, ref) -> None:
-        """Rank `rank`'s train call is now `ref` (its replacement's)."""
-        self._refs[rank] = ref
-        if rank == 0:
-            self._fetched = 0
-
-    @overload
-    def wait(self, timeout_s: None = None) -> list[list[dict]]: ...
-    @overload
-    def wait(self, timeout_s: float) -> list[list[dict]] | None: ...
-    def wait(self, timeout_s: float | None = None) -> list[list[dict]] | None:
-        """Per-rank metrics once every rank is done, or None if still running after
-        `timeout_s`. A lost or failed rank raises `RankLostError` or
-        `RankFailedError` and the group is shut down (with recovery in place:
-        where the rank cannot be replaced)."""
-        if None in self._refs:
-            raise WorkerGroupError("this training was started by another driver: its results "
-                                   "are not this one's to wait on (follow it with status())")
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                return self._group._await(list(self._refs), left)
-            except RankError as e:
-                if not self._group.in_place:
-                    raise
-                try:
-                    self.recoveries.append(self._group.recover([e.rank]))
-                except CannotRecover as why:
-                    self._group.shutdown()
-                    e.add_note(f"not recovered in place: {why}")
-                    raise e from None
-
-    def progress(self) -> list[dict]:
-        """Rank 0's metrics so far, one dict per finished step (a step redone
-        after a recovery in place once)."""
-        if self._group.actors:
-            fetched = self._group.progress(self._fetched)
-            self._fetched += len(fetched)
-            self._steps.update((row["step"], row) for row in fetched)
-        return [self._steps[step] for step in sorted(self._steps)]

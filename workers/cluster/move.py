@@ -31,6 +31,7 @@ from ray.util import placement_group_table
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from workers.cluster.in_place import CannotMove, peer_of
+from workers.cluster.placed import moved_pg_name
 from workers.cluster.rank_info import rank_where
 from workers.cluster.replace import go_on_without, kill_ranks, survivors_recovering
 
@@ -63,7 +64,7 @@ def move_in_place(group: WorkerGroup, run: TrainingRun, moving: list[int], avoid
     staying = [rank for rank in range(world) if rank not in moving]
     if not staying:
         raise CannotMove("every rank runs on a draining node: none stays to hold the snapshots")
-    pg = _reserve(group, len(moving), avoid, placement_wait_s)
+    pg = _reserve(group, moving, avoid, placement_wait_s)
     try:
         node_ids = [info.node_id for info in group.node_infos]
         for rank in range(world):
@@ -94,10 +95,14 @@ def _holder(rank: int, moving: list[int], staying: list[int], node_ids: list[str
     return (elsewhere or staying)[rank % len(elsewhere or staying)]
 
 
-def _reserve(group: WorkerGroup, count: int, avoid: set[str], wait_s: float) -> Any:
-    """A placement group of `count` of the group's bundles, ready, on none
-    of the `avoid`ed nodes; CannotMove where Ray cannot place it in time."""
-    name = f"{group.name_prefix}-moved-{time.time_ns()}-pg" if group.name_prefix else ""
+def _reserve(group: WorkerGroup, moving: list[int], avoid: set[str], wait_s: float) -> Any:
+    """A placement group of one of the group's bundles for each of the
+    `moving` ranks (in their order), ready, on none of the `avoid`ed nodes;
+    CannotMove where Ray cannot place it in time. Its name says whose bundles
+    they are (workers/cluster/placed.py `moved_placement_groups`), for a driver
+    that reattaches to the group."""
+    count = len(moving)
+    name = moved_pg_name(group.name_prefix, time.time_ns(), moving) if group.name_prefix else ""
     pg = placement_group([dict(group.bundle) for _ in range(count)], strategy="PACK", name=name,
                          lifetime="detached" if group.detached else None,
                          bundle_label_selector=group.bundle_selectors(count))  # its flavor's nodes

@@ -24,7 +24,8 @@ from workers.cluster.rank_info import rank_where
 from workers.cluster.snapshot_peer import Rejoin
 
 # The group and its training run (workers/cluster/group.py WorkerGroup and
-# TrainingRun) are passed in: this module is the group's, and does not import it.
+# workers/cluster/training_run.py TrainingRun) are passed in: this module is the
+# group's, and imports neither.
 WorkerGroup = Any
 TrainingRun = Any
 

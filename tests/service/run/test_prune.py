@@ -18,7 +18,8 @@ from service.store import JobNotFound
 from service.supervisor import Supervisor
 from tests.api.conftest import make_supervisor
 from tests.waiting import wait_until
-from workers.cluster.group import WorkerGroup, placed_groups
+from workers.cluster.group import WorkerGroup
+from workers.cluster.placed import placed_groups
 from workers.schema import JobSpec
 
 SMALL = {"name": "trial", "workers": 1, "resources_per_worker": {"cpu": 1},

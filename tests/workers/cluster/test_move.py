@@ -15,8 +15,9 @@ import ray
 from ray.util import placement_group_table
 
 from tests.waiting import alive, wait_until
-from workers.cluster.group import WorkerGroup, moved_placement_groups
+from workers.cluster.group import WorkerGroup
 from workers.cluster.in_place import CannotMove
+from workers.cluster.placed import moved_placement_groups
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -55,9 +56,15 @@ def test_a_moved_rank_goes_on_from_the_step_reached_and_nothing_is_redone(fork_p
         assert group.node_infos[0].pid == staying and alive(staying)
         assert group.node_infos[1].pid != moving
         assert wait_until(lambda: not alive(moving), 30)
-        # The moved rank runs in a placement group of its own, found by name on a reattach.
-        [moved_pg] = moved_placement_groups(prefix)
-        assert placement_group_table(moved_pg)["state"] == "CREATED"
+        # The moved rank runs in a placement group of its own, found by name on a reattach,
+        # and a driver that reattaches puts a replacement of that rank there, not in the
+        # bundle it left.
+        [(moved_pg, ranks)] = moved_placement_groups(prefix)
+        assert ranks == [1] and placement_group_table(moved_pg)["state"] == "CREATED"
+        assert group.placed_in(1) == (moved_pg, 0)
+        found = WorkerGroup.reclaim(prefix, 2)  # a view only: not shut down
+        assert found.placed_in(1)[0].id == moved_pg.id and found.placed_in(1)[1] == 0
+        assert found.placed_in(0)[0].id == group.placed_in(0)[0].id
         per_rank = run.wait(timeout_s=300)
         rows = run.progress()
     assert per_rank is not None
