@@ -43,9 +43,9 @@ def test_a_late_wakeup_counts_as_in_flight_not_only_as_exposed():
 def test_a_collective_done_before_its_wait_is_in_flight_until_its_callback():
     counter = CommCounter()
     work = counter.timed("all_gather", 8, lambda: _SlowWakeWork(run_s=0.02, wake_s=0.0))
-    time.sleep(0.2)  # compute that the collective overlapped
+    time.sleep(1.0)  # compute that the collective overlapped (bounds wide for a loaded machine)
     work.wait()
     tally = counter.take()
-    assert tally.exposed_s < 0.05
-    assert 0.02 <= tally.time_s < 0.15  # not the 0.2 s until the wait
+    assert tally.exposed_s < 0.3
+    assert 0.02 <= tally.time_s < 0.7  # ended at its callback, not at the wait a second later
     assert tally.exposed_s <= tally.time_s
