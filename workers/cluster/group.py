@@ -342,11 +342,10 @@ class WorkerGroup:
         except ValueError:
             group._pg = None
         for pg, ranks in moved_placement_groups(name_prefix):  # oldest first: a later move wins
+            group._keep_moved(pg)  # removed with the group, whoever runs there
             for bundle, rank in enumerate(ranks):
                 if rank < num_workers:
                     group.place_rank(rank, pg, bundle)
-            if all(pg.id != kept.id for kept in group._moved_pgs):
-                group._moved_pgs.append(pg)  # removed with the group, whoever runs there
         return group
 
     def status(self) -> GroupStatus:
@@ -465,7 +464,11 @@ class WorkerGroup:
         """Rank `rank` runs from now on in `bundle` of `pg` (a placement group
         this group made to move it; removed with the group)."""
         self._placed[rank] = (pg, bundle)
-        if all(pg.id != kept.id for kept in self._moved_pgs):
+        self._keep_moved(pg)
+
+    def _keep_moved(self, pg: PlacementGroup) -> None:
+        """Keep `pg`, a move's placement group, to remove with the group."""
+        if pg not in self._moved_pgs:  # PlacementGroup compares by id
             self._moved_pgs.append(pg)
 
     def placed_in(self, rank: int) -> tuple[PlacementGroup | None, int | None]:

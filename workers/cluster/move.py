@@ -120,5 +120,5 @@ def _reserve(group: WorkerGroup, moving: list[int], avoid: set[str], wait_s: flo
 
 def _remove_unused(group: WorkerGroup, pg: Any) -> None:
     """Remove the move's placement group unless a rank runs in it now."""
-    if all(pg.id != kept.id for kept in group._moved_pgs):
+    if pg not in group._moved_pgs:  # PlacementGroup compares by id
         remove_placement_group(pg)
