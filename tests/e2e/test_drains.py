@@ -25,7 +25,7 @@ from tests.e2e.serve_harness import Server, spec
 # alone (make test's second phase, docs/testing.md): a drained node's rank moves before the drain's deadline; Ray nodes of its own
 pytestmark = pytest.mark.alone
 
-STEPS = 150  # a quiet run moved at step 32, 3 s after the drain (issued at step 8)
+STEPS = 300  # long enough that the drain lands mid-run though the store sees the step late (150 was not)
 DEADLINE_S = 60
 JOB = spec(STEPS, placement="SPREAD", checkpoint={"every_steps": 10, "keep_last": 2})
 
