@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.serve_harness import Server, losses_by_step, spec
 
 GRACE_S = 60
-STEPS_A = 60  # the preempted elastic job: past step 15 when the urgent one comes, and long after
+STEPS_A = 90  # the preempted elastic job: past step 15 when the urgent one comes, and long after
 pytestmark = pytest.mark.timeout(900)  # whole flows on a 2-core machine
 
 
@@ -99,12 +99,12 @@ def test_a_preempted_job_that_overstays_its_grace_period_is_killed_and_requeued(
     high = Tenant(server, "urgent", max_priority=100)
     # 0.05 s of grace, and a model whose step and checkpoint take longer than
     # the runner's polls (0.2 s): the ranks are killed before they can stop.
-    slow = spec(30, workers={"min": 2, "max": 4}, priority=1, preemption_grace_s=0.05)
+    slow = spec(40, workers={"min": 2, "max": 4}, priority=1, preemption_grace_s=0.05)
     slow["model"] = {"n_layers": 4, "d_model": 256, "n_heads": 4, "seq_len": 64}
     victim = low.submit(slow)
     low.wait(victim["id"], lambda j: j["state"] == "RUNNING"
              and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
-    urgent = high.submit(spec(10, workers=2, priority=90))
+    urgent = high.submit(spec(20, workers=2, priority=90))
     high.wait(urgent["id"], lambda j: j["state"] == "SUCCEEDED")
     done = low.wait(victim["id"], lambda j: j["state"] == "SUCCEEDED")
     story = events(low, victim["id"])
@@ -113,9 +113,9 @@ def test_a_preempted_job_that_overstays_its_grace_period_is_killed_and_requeued(
     assert requeued["to_state"] == "QUEUED", told
     assert "grace period of 0.05 s" in requeued["reason"], told
     assert "resumes from checkpoint step" in requeued["reason"], told
-    assert done["preemptions"] == 1 and done["restarts"] == 0 and done["step"] == 30, told
+    assert done["preemptions"] == 1 and done["restarts"] == 0 and done["step"] == 40, told
     steps = sorted(losses_by_step(low, victim["id"]))
-    assert steps == list(range(1, 31))  # steps after the checkpoint ran again, once each
+    assert steps == list(range(1, 41))  # steps after the checkpoint ran again, once each
 
 
 def received_worker_seconds(jobs: dict[Tenant, list[str]]) -> dict[str, float]:

@@ -142,8 +142,7 @@ def test_cancelling_a_running_job_releases_its_workers(server):
 
 
 def test_a_server_restart_that_finds_the_workers_gone_resumes_from_the_checkpoint(server):
-    steps = 60  # ranks killed with the server: they cannot finish it meanwhile
-    job = server.submit(spec(steps))
+    job = server.submit(spec(150))
     server.wait(job["id"], lambda j: j["state"] == "RUNNING"
                 and (j["latest_checkpoint"] or {}).get("step", 0) >= 10)
     ranks = server.get(f"/v1/jobs/{job['id']}/workers")
@@ -158,5 +157,5 @@ def test_a_server_restart_that_finds_the_workers_gone_resumes_from_the_checkpoin
     assert [e["to_state"] for e in events].count("STARTING") == 2
     assert done["restarts"] == 0  # a lost control plane is not the job's failure
     assert sorted(r["step"] for r in server.get(f"/v1/jobs/{job['id']}/metrics")) == list(
-        range(1, steps + 1)
+        range(1, 151)
     )
