@@ -21,6 +21,15 @@ from tests.api.live_server import LiveServer
 ADMIN_KEY = "test-admin-key"
 
 
+def printed_id(stdout: str, prefix: str) -> str:
+    """The id a CLI command printed: the first word of its `stdout` that starts
+    with `prefix` ("j-", "s-"). The test process is a Ray driver, and lines of
+    its workers may come before the id."""
+    ids = [word for word in stdout.split() if word.startswith(prefix)]
+    assert ids, f"no id starting {prefix!r} in {stdout!r}"
+    return ids[0]
+
+
 def make_supervisor(data_dir, **overrides) -> Supervisor:
     fields = dict(data_dir=str(data_dir), admin_key=ADMIN_KEY, secret="test-secret",
                   poll_interval_s=0.05,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from api.cli.main import app
 from api.cli.spec_file import FILE_NOTE, OLD_FOLLOW_NOTE, old_follow_spelling
 from api.profiles import record_server_url
-from tests.api.conftest import ADMIN_KEY
+from tests.api.conftest import ADMIN_KEY, printed_id
 from tests.api.test_jobs import SPEC
 from tests.waiting import wait_until
 
@@ -217,7 +217,7 @@ def test_submit_capital_f_and_follow_follow_the_job_to_its_end(brigade, client, 
     result = follow_until_cancelled(brigade, client, name, "submit", *spelling, "-f",
                                     str(named(tmp_path, name)))
     assert result.exit_code == 1, result.output  # followed to its end, which was not a success
-    assert any(word.startswith("j-") for word in result.stdout.split()) and "CANCELLED" in result.stderr
+    assert printed_id(result.stdout, "j-") and "CANCELLED" in result.stderr
     assert OLD_FOLLOW_NOTE not in result.stderr and FILE_NOTE not in result.stderr
 
 

@@ -16,7 +16,7 @@ from api.server.app import create_app
 from api.client import BrigadeClient
 from api.schemas.jobs import JobProgress
 from service.states import JobState
-from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.conftest import ADMIN_KEY, make_supervisor, printed_id
 from tests.api.live_server import LiveServer
 from tests.workers.datasets.corpus import write_inputs, write_tokenizer
 from workers.datasets.prepare import prepare
@@ -124,8 +124,7 @@ def test_the_cli_queues_a_preparation_and_follows_it(live):
         "--output", f"{data}/from-cli", "--tokenizer", f"{data}/tokenizer.json", "--workers", "1",
         "--url", url, "--key", ADMIN_KEY])
     assert result.exit_code == 0, result.output
-    # the job's id is a line of its own (Ray's driver may print its workers' lines in between)
-    [job_id] = [line for line in result.stdout.split() if line.startswith("j-")][:1]
+    job_id = printed_id(result.stdout, "j-")
     assert client.get(job_id).spec.kind == "prepare" and client.get(job_id).state is JobState.SUCCEEDED
     assert "index.json" in files_of(f"{data}/from-cli")
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from api.server.app import create_app
 from api.cli.main import app
-from tests.api.conftest import ADMIN_KEY, make_supervisor
+from tests.api.conftest import ADMIN_KEY, make_supervisor, printed_id
 from tests.api.live_server import LiveServer
 
 pytestmark = pytest.mark.ray
@@ -253,8 +253,7 @@ def test_the_example_sweep_through_the_cli(server, http, tmp_path, monkeypatch):
 
     followed = brigade("sweep", "submit", "-F", str(EXAMPLE))
     assert followed.exit_code == 0, followed.output
-    # its id a line of its own (Ray's driver, this process, may print its workers' lines between)
-    [sweep_id] = [word for word in followed.stdout.split() if word.startswith("s-")][:1]
+    sweep_id = printed_id(followed.stdout, "s-")
     assert f"sweep {sweep_id}: SUCCEEDED" in followed.stderr
     assert "best: trial" in followed.stderr and "pruned at step" in followed.stderr
 
