@@ -33,16 +33,19 @@ $(LEAN)/.installed: pyproject.toml | $(STAMP)
 # in reports/junit-*.xml, and the 25 slowest modules after it (docs/testing.md: the suite's budget).
 # Two phases: first every module but the `alone` ones in JOBS pytest processes (pytest-xdist,
 # --dist loadfile: a module's tests stay together, with their shared fixtures; each process has
-# its own session Ray cluster), then the `alone` modules one after another with nothing beside
-# them: the scenarios whose bounds (a failover, a lease, a hang found, a drain's deadline) are
+# its own session Ray cluster; the slowest modules first, tests/module_order.py; each process's
+# modules and their times in reports/timeline.tsv), then the `alone` modules one after another
+# with nothing beside them: the scenarios whose bounds (a failover, a lease, a hang found, a drain's deadline) are
 # timed on a quiet machine, and those that start Ray nodes of their own. JOBS=1: all serially.
 JOBS ?= 2
 test: $(STAMP) $(LEAN)/.installed
-	@status=0; mkdir -p reports; rm -f reports/junit*.xml; \
+	@status=0; mkdir -p reports; rm -f reports/junit*.xml reports/timeline.tsv; \
+	export BRIGADE_TEST_TIMELINE=reports/timeline.tsv; \
 	$(BIN)/python -m pytest -q tests -m "not soak and not alone" --junitxml=reports/junit-shared.xml \
-		$(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile) || status=$$?; \
+		$(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder) || status=$$?; \
 	$(BIN)/python -m pytest -q tests -m "alone" --junitxml=reports/junit-alone.xml || status=$$?; \
 	$(BIN)/python -m tests.module_times reports/junit-shared.xml reports/junit-alone.xml || true; \
+	$(BIN)/python -m tests.module_times --timeline reports/timeline.tsv || true; \
 	exit $$status
 
 # 100 jobs of 4 tenants under faults, through two replicas on Postgres (127.0.0.1:5432) whose

@@ -11,8 +11,12 @@ Its head runs Ray's dashboard, bound to 127.0.0.1, for Ray's public state API
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
+from tests.module_order import read_costs, slowest_first
 from tests.ray_state import ClusterState
 
 RAY_CPUS = 4  # logical CPUs: world sizes up to 4 fit, even on a 2-core machine
@@ -44,6 +48,27 @@ def ray_cluster():
     )
     yield context
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest modules first (tests/module_order.py): what `make test`'s first
+    phase hands its processes, given `--no-loadscope-reorder`."""
+    items[:] = slowest_first(items, read_costs())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_timeline(request):
+    """Where BRIGADE_TEST_TIMELINE names a file (`make test`: reports/timeline.tsv),
+    one line per module: the pytest process that ran it, the module, its first
+    setup's and last teardown's wall clock. `python -m tests.module_times
+    --timeline` reads it: how long each process was busy and when it ran out of work."""
+    path = os.environ.get("BRIGADE_TEST_TIMELINE")
+    start = time.time()
+    yield
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(path, "a") as out:
+            out.write(f"{worker}\t{request.node.nodeid}\t{start:.2f}\t{time.time():.2f}\n")
 
 
 LEAK_GRACE_S = 30  # Ray removes a killed group's placement group and actors asynchronously

@@ -4,6 +4,8 @@ and teardown, so a module's shared fixtures count in the module's seconds).
 
     python -m tests.module_times reports/junit-*.xml            # the 25 slowest modules
     python -m tests.module_times after.xml --before before.xml  # both, side by side
+    python -m tests.module_times reports/junit-*.xml --write tests/module_seconds.tsv
+    python -m tests.module_times --timeline reports/timeline.tsv  # each process's busy time
 
 Several files (`make test`'s two phases write one each) count as one run.
 
@@ -64,13 +66,44 @@ def table(after: Path | list[Path], before: Path | None, top: int) -> str:
     return "\n".join(lines)
 
 
+def costs_table(paths: list[Path]) -> str:
+    """Every module's seconds, slowest first: tests/module_seconds.tsv, the order
+    in which the first phase hands out its modules (tests/module_order.py)."""
+    now = module_seconds(paths)
+    lines = ["# module\tseconds: python -m tests.module_times reports/junit-*.xml --write THIS"]
+    lines += [f"{m}\t{s:.1f}" for m, s in sorted(now.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "\n".join(lines) + "\n"
+
+
+def timeline(path: Path) -> str:
+    """Per pytest process (BRIGADE_TEST_TIMELINE's lines): its modules, the seconds
+    they held it, and when it ran out of work, counted from the first module's start."""
+    rows = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
+    t0 = min(float(r[2]) for r in rows)
+    lines = ["| process | modules | busy (s) | last module | out of work at (s) |", "|---|---:|---:|---|---:|"]
+    for worker in sorted({r[0] for r in rows}):
+        mine = sorted((r for r in rows if r[0] == worker), key=lambda r: float(r[3]))
+        busy = sum(float(r[3]) - float(r[2]) for r in mine)
+        last = mine[-1]
+        lines.append(f"| {worker} | {len(mine)} | {busy:.0f} | {last[1]} ({float(last[3]) - float(last[2]):.0f} s)"
+                     f" | {float(last[3]) - t0:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("junit", type=Path, nargs="+")
+    parser.add_argument("junit", type=Path, nargs="*")
     parser.add_argument("--before", type=Path)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--write", type=Path, help="every module's seconds, slowest first, into this file")
+    parser.add_argument("--timeline", type=Path, help="a BRIGADE_TEST_TIMELINE file to summarise")
     args = parser.parse_args(argv)
-    print(table(args.junit, args.before, args.top))
+    if args.timeline:
+        print(timeline(args.timeline))
+    if args.write:
+        args.write.write_text(costs_table(args.junit))
+    elif args.junit:
+        print(table(args.junit, args.before, args.top))
     return 0
 
 
