@@ -63,12 +63,11 @@ class RestorePlan:
 
 def in_place_for(spec: JobSpec, world_size: int) -> bool:
     """Whether a job recovers a lost rank in place: a training of more than one
-    rank that takes in-memory snapshots. Not under tensor parallelism yet: a
-    survivor waiting in a TP collective with a rank that left the broken
-    group is not woken (docs/architecture.md "Recovery in place"); such a
-    job restarts from disk as before."""
-    return (spec.kind == "train" and world_size > 1 and spec.parallelism.tp == 1
-            and spec.checkpoint.memory_every_steps != 0)
+    rank that takes in-memory snapshots (under tensor parallelism too: a
+    survivor that leaves the broken group shuts its connections down, so a
+    peer waiting on it in a mesh's collective wakes, workers/engine/
+    group_sockets.py)."""
+    return spec.kind == "train" and world_size > 1 and spec.checkpoint.memory_every_steps != 0
 
 
 def peer_of(rank: int, node_ids: Sequence[str]) -> int | None:

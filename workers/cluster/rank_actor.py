@@ -48,6 +48,7 @@ from workers.cluster.rank_info import RankInfo
 from workers.cluster.rank_output import OutputCapture
 from workers.cluster.snapshot_peer import REJOIN_TIMEOUT_S, Rejoin, SnapshotSender
 from workers.engine import distributed
+from workers.engine.group_sockets import GroupSockets
 from workers.schema import JobSpec
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class RankActor:
         self._held: dict[int, Any] = {}
         self._own: list = []  # this rank's own snapshots, newest first (workers/engine/snapshot.py)
         self._sender = SnapshotSender(self)
+        self._sockets = GroupSockets()  # its groups' connections, shut when it leaves a broken one
         self._rejoin: queue.Queue[Rejoin] = queue.Queue()
         self._generation = 0  # process groups this rank has joined
         # What the latest `train` call was given (spec, checkpoint, stop_after): a driver
@@ -177,7 +179,8 @@ class RankActor:
             join_timeout_s=join_timeout_s,
         )
         store = self._store if self.rank == 0 else distributed.connect_store(rv)
-        backend = distributed.init_process_group(rv, store)
+        with self._sockets.making():
+            backend = distributed.init_process_group(rv, store)
         self._generation += 1
         self._timeline["joined"] = time.time()
         return backend
@@ -226,8 +229,11 @@ class RankActor:
         self._timeline.pop("compiled", None)  # an earlier train's, on this actor
         while True:
             try:
-                self._trainer = Trainer(spec, checkpoint, restore=restore,
-                                        snapshots=self._own if restore is not None else None)
+                with self._sockets.making():  # the trainer's meshes and checkpoint group
+                    self._trainer = Trainer(spec, checkpoint, restore=restore,
+                                            snapshots=self._own if restore is not None else None)
+                if in_place:
+                    self._learn_peers_sockets()
                 self._timeline.setdefault("built", time.time())  # the model built (and loaded)
                 if self._trainer.warm_up():  # train.compile: the blocks compiled before the first step
                     self._timeline.setdefault("compiled", time.time())
@@ -281,19 +287,38 @@ class RankActor:
             if not self._sender.flush():
                 raise RuntimeError(f"rank {self.rank}: its snapshot did not reach the rank holding "
                                    "it for the move in time")
-        self._leave_group()
+        self._leave_group(broken=False)
 
-    def _leave_group(self) -> None:
-        """The process group broke (a peer is gone): keep this rank's latest
-        snapshot, drop the trainer (its model is bound to the broken group)
-        and abandon the group, so peers still in a collective with this rank
-        fail at once."""
+    def _learn_peers_sockets(self) -> None:
+        """Gloo: every rank's group listeners, gathered once the groups are
+        made, so that leaving a broken group ends this rank's connections
+        with each peer (`_leave_group`)."""
+        import torch.distributed as dist
+
+        if dist.get_backend() != "gloo":
+            return  # NCCL: its communicators are aborted instead
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, self._sockets.listeners())
+        self._sockets.learn(everyone)
+
+    def _leave_group(self, broken: bool = True) -> None:
+        """Leave the process group: keep this rank's latest snapshot, drop the
+        trainer (its model is bound to the group) and abandon the group. A
+        broken one (a peer is gone) has its connections shut down first: a
+        peer waiting in a collective with this rank fails at once, also one of
+        a tensor-parallel mesh whose groups outlive the trainer
+        (workers/engine/group_sockets.py). A move's (every rank leaves at the
+        same step boundary) is left as it is: its last collective may still
+        be ending on a peer."""
         self._state = "recovering"
         trainer = getattr(self, "_trainer", None)
         self._trainer = None  # none until the next group's is built
         if trainer is not None and trainer.snapshots:
             self._own = list(trainer.snapshots)
         del trainer
+        if broken:
+            shut = self._sockets.shut()
+            logger.info("rank %d: leaving the broken group, %d of its connections shut", self.rank, shut)
         distributed.abandon_process_group()
 
     def _join_next_group(self) -> Any:

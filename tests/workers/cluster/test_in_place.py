@@ -307,3 +307,44 @@ def test_a_second_failure_during_a_recovery_falls_back(fork_pool):
         killer.join(10)
         assert killed
 
+
+
+TP = {
+    "workers": 4,
+    "model": {"family": "llama", "n_layers": 2, "d_model": 32, "n_heads": 4, "n_kv_heads": 2,
+              "seq_len": 16, "vocab_size": 256},
+    "data": {"source": "synthetic"},
+    "train": {"steps": 60, "global_batch_size": 8, "lr": 3e-3},
+    "parallelism": {"tp": 2},
+    "checkpoint": {"every_steps": 0, "memory_every_steps": EVERY},
+}
+
+
+def test_a_dp2_tp2_job_recovers_in_place_every_survivor_woken(fork_pool):
+    # (dp 2, tp 2): rank 3 lost. Its direct peers fail at once (its process is
+    # gone); the others wait in a collective with a survivor that lives on, and
+    # wake only because a survivor leaving the broken group shuts its
+    # connections (workers/engine/group_sockets.py): else gloo's timeout, and
+    # the recovery gives up for a restart from disk.
+    with WorkerGroup(4, tp_size=2, pool=fork_pool) as group:
+        straight = group.train(TP)[0]
+        run = group.start_training(TP)
+        assert wait_until(lambda: rank_step(group, 0) >= 20, 120)
+        survivors = [group.node_infos[r].pid for r in range(3)]
+        killed = time.monotonic()
+        os.kill(group.node_infos[3].pid, signal.SIGKILL)
+        try:
+            per_rank = run.wait(timeout_s=240)
+        except RankLostError:
+            pytest.fail("not recovered in place: the group was lost")
+        rows = run.progress()
+        assert [group.node_infos[r].pid for r in range(3)] == survivors
+        assert all(alive(pid) for pid in survivors)
+    assert [r.ranks for r in run.recoveries] == [[3]]
+    recovery = run.recoveries[0]
+    assert recovery.step % EVERY == 0 and recovery.step > 0
+    assert recovery.seconds < 60, recovery  # woken, not gloo's timeout (30 minutes)
+    assert time.monotonic() - killed < 200
+    assert [m["step"] for m in rows] == list(range(1, 61))
+    assert [m["loss"] for m in rows] == [m["loss"] for m in straight]
+    assert all(r[-1]["loss"] == straight[-1]["loss"] for r in per_rank)
