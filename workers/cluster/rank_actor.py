@@ -101,6 +101,7 @@ class RankActor:
         self._own: list = []  # this rank's own snapshots, newest first (workers/engine/snapshot.py)
         self._sender = SnapshotSender(self)
         self._sockets = GroupSockets()  # its groups' connections, shut when it leaves a broken one
+        self._backend: str | None = None  # its process group's, once it joined one
         self._rejoin: queue.Queue[Rejoin] = queue.Queue()
         self._generation = 0  # process groups this rank has joined
         # What the latest `train` call was given (spec, checkpoint, stop_after): a driver
@@ -182,6 +183,7 @@ class RankActor:
         with self._sockets.making():
             backend = distributed.init_process_group(rv, store)
         self._generation += 1
+        self._backend = backend
         self._timeline["joined"] = time.time()
         return backend
 
@@ -295,7 +297,7 @@ class RankActor:
         with each peer (`_leave_group`)."""
         import torch.distributed as dist
 
-        if dist.get_backend() != "gloo":
+        if self._backend != "gloo":
             return  # NCCL: its communicators are aborted instead
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, self._sockets.listeners())
@@ -316,7 +318,7 @@ class RankActor:
         if trainer is not None and trainer.snapshots:
             self._own = list(trainer.snapshots)
         del trainer
-        if broken:
+        if broken and self._backend == "gloo":  # NCCL's communicators are aborted instead
             shut = self._sockets.shut()
             logger.info("rank %d: leaving the broken group, %d of its connections shut", self.rank, shut)
         distributed.abandon_process_group()
