@@ -35,8 +35,9 @@ $(LEAN)/.installed: pyproject.toml | $(STAMP)
 # --dist loadfile: a module's tests stay together, with their shared fixtures; each process has
 # its own session Ray cluster; the slowest modules first, tests/module_order.py; each process's
 # modules and their times in reports/timeline.tsv), then the `alone` modules one after another
-# with nothing beside them: the scenarios whose bounds (a failover, a lease, a hang found, a drain's deadline) are
-# timed on a quiet machine, and those that start Ray nodes of their own. JOBS=1: all serially.
+# with nothing beside them: the scenarios whose bounds (a failover, a lease, a hang found, a
+# drain's deadline) are timed on a quiet machine, and those that start Ray nodes of their own.
+# JOBS=1: all serially.
 JOBS ?= 2
 test: $(STAMP) $(LEAN)/.installed
 	@status=0; mkdir -p reports; rm -f reports/junit*.xml reports/timeline.tsv; \

@@ -41,19 +41,18 @@ Address = tuple[str, int]
 
 @dataclass(frozen=True)
 class TcpSocket:
-    fd: int
     local: Address
     remote: Address | None  # None: a listener, or not connected
     listening: bool
 
 
-def tcp_sockets() -> list[TcpSocket]:
-    """This process's TCP sockets (IPv4 and IPv6), read from /proc/self/fd."""
+def _tcp_sockets() -> Iterator[tuple[TcpSocket, socket.socket]]:
+    """This process's TCP sockets (IPv4 and IPv6), read from /proc/self/fd: each
+    with a duplicate of its descriptor, open until the next one is asked for."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:  # no /proc: nothing found, nothing shut
-        return []
-    found = []
+        return
     for fd in fds:
         try:
             if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
@@ -61,21 +60,24 @@ def tcp_sockets() -> list[TcpSocket]:
             sock = socket.socket(fileno=os.dup(fd))
         except OSError:  # closed meanwhile
             continue
-        try:
-            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
-                continue
-            listening = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
-            local = sock.getsockname()[:2]
+        with sock:  # closes the duplicate only
             try:
-                remote = None if listening else sock.getpeername()[:2]
+                if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+                    continue
+                listening = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+                local = sock.getsockname()[:2]
+                try:
+                    remote = None if listening else sock.getpeername()[:2]
+                except OSError:
+                    remote = None
             except OSError:
-                remote = None
-            found.append(TcpSocket(fd, local, remote, listening))
-        except OSError:
-            continue
-        finally:
-            sock.close()  # the duplicate only
-    return found
+                continue
+            yield TcpSocket(local, remote, listening), sock
+
+
+def tcp_sockets() -> list[TcpSocket]:
+    """This process's TCP sockets (IPv4 and IPv6)."""
+    return [found for found, _ in _tcp_sockets()]
 
 
 def _matches(address: Address, listeners: set[Address]) -> bool:
@@ -115,20 +117,14 @@ class GroupSockets:
         """Shut down (both ways) every connection of this process's groups;
         how many. The descriptors stay open, their owner's to close."""
         shut = 0
-        for s in tcp_sockets():
-            if s.remote is None:
+        for found, sock in _tcp_sockets():
+            if found.remote is None:
                 continue
-            if not (_matches(s.local, self._own) or _matches(s.remote, self._peers)):
-                continue
-            try:
-                sock = socket.socket(fileno=os.dup(s.fd))
-            except OSError:
+            if not (_matches(found.local, self._own) or _matches(found.remote, self._peers)):
                 continue
             try:
                 sock.shutdown(socket.SHUT_RDWR)
                 shut += 1
             except OSError:  # already ended
                 pass
-            finally:
-                sock.close()
         return shut

@@ -17,7 +17,7 @@ WORLD = 3
 WAIT_S = 30  # the groups' timeout: the waiting rank must wake long before it
 
 
-def _rank(rank: int, store_port: int, side_port: int, out_dir: str) -> None:
+def _rank(rank: int, store_ports: tuple[int, int], side_port: int, out_dir: str) -> None:
     from datetime import timedelta
 
     import torch
@@ -31,7 +31,7 @@ def _rank(rank: int, store_port: int, side_port: int, out_dir: str) -> None:
 
     # A connection of this process that is not a group's (Ray's, in a rank actor).
     side = socket.create_connection(("127.0.0.1", side_port))
-    store = dist.TCPStore("127.0.0.1", store_port, WORLD, rank == 0, timeout=timedelta(seconds=WAIT_S))
+    store = dist.TCPStore("127.0.0.1", store_ports[0], WORLD, rank == 0, timeout=timedelta(seconds=WAIT_S))
     sockets = GroupSockets()
     with sockets.making():
         dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD,
@@ -55,7 +55,7 @@ def _rank(rank: int, store_port: int, side_port: int, out_dir: str) -> None:
     side.sendall(b"x")  # its other connection still works
     note(f"side {side.recv(1)!r}")
     # a new group of every rank, at a new store
-    again = dist.TCPStore("127.0.0.1", store_port + 1, WORLD, rank == 0, timeout=timedelta(seconds=WAIT_S))
+    again = dist.TCPStore("127.0.0.1", store_ports[1], WORLD, rank == 0, timeout=timedelta(seconds=WAIT_S))
     group = dist.ProcessGroupGloo(again, rank, WORLD)
     x = torch.full((1,), float(rank))
     group.allreduce([x]).wait()
@@ -76,7 +76,7 @@ def test_a_rank_that_lives_on_wakes_its_peer_by_shutting_its_groups_connections(
 
     threading.Thread(target=serve, daemon=True).start()
     started = time.monotonic()
-    mp.start_processes(_rank, args=(free_port(), echo.getsockname()[1], str(tmp_path)),
+    mp.start_processes(_rank, args=((free_port(), free_port()), echo.getsockname()[1], str(tmp_path)),
                        nprocs=WORLD, start_method="spawn")
     logs = {r: (tmp_path / f"{r}.log").read_text().splitlines() for r in range(WORLD)}
     shut = int(logs[0][0].split()[1])
