@@ -109,7 +109,8 @@ def launch_group(job: JobRecord, checkpoint: CheckpointTarget, *, pg_timeout_s: 
     )
     try:
         group.start()
-        group.start_training(spec, checkpoint=checkpoint)
+        # A sweep's trial may be pruned at any step: its rank 0 looks for the stop itself.
+        group.start_training(spec, checkpoint=checkpoint, stop_signals=job.sweep is not None)
     except (WorkerGroupError, ValueError) as e:
         group.shutdown()  # whatever of it started: no actor or bundle outlives the attempt
         return GroupOutcome.start_failed(e, group.node_infos)

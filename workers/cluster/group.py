@@ -19,6 +19,7 @@ rather than joined.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 
@@ -28,6 +29,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from checkpoints import CheckpointTarget
+from workers.cluster import stop_signal
 from workers.cluster.errors import PlacementTimeoutError, WorkerGroupError
 from workers.cluster.group_status import GroupStatus
 from workers.cluster.in_place import CannotMove, CannotRecover, in_place_for, peer_of
@@ -48,6 +50,8 @@ from workers.cluster.replace import Recovery, recover_in_place
 from workers.cluster.training_run import TrainingRun
 from workers.schema import JobSpec
 from workers.schema.flavor import matches
+
+logger = logging.getLogger(__name__)
 
 PROGRESS_TIMEOUT_S = 30.0
 
@@ -209,12 +213,14 @@ class WorkerGroup:
 
     def start_training(
         self, spec: JobSpec | dict, *, checkpoint: CheckpointTarget | dict | None = None,
-        stop_after: int | None = None,
+        stop_after: int | None = None, stop_signals: bool = False,
     ) -> TrainingRun:
         """Start `train` on every rank and return at once; see `TrainingRun`.
         `checkpoint` (where the job's checkpoints live) makes the ranks resume
         from its latest committed step and save there; `stop_after` ends this
-        run at that step, checkpointed."""
+        run at that step, checkpointed. `stop_signals`: rank 0 looks for a
+        `signal_stop` after every step itself (a GCS read a step), so that the
+        stop lands at the next step boundary however loaded the machine is."""
         if not self._actors:
             raise WorkerGroupError("the worker group is not started: call start() first")
         # Parsed and checked here, once, for every rank: a dict (a script's, a test's) is
@@ -234,8 +240,9 @@ class WorkerGroup:
                           for actor, peer in zip(self._actors, peers, strict=True)],
                          PROGRESS_TIMEOUT_S, "telling the ranks their peers")
         self.run = TrainingRun(
-            self, [actor.train.remote(spec, checkpoint, stop_after) for actor in self._actors],
-            spec=spec, checkpoint=checkpoint, stop_after=stop_after,
+            self, [actor.train.remote(spec, checkpoint, stop_after, None, stop_signals)
+                   for actor in self._actors],
+            spec=spec, checkpoint=checkpoint, stop_after=stop_after, stop_signals=stop_signals,
         )
         return self.run
 
@@ -316,10 +323,10 @@ class WorkerGroup:
                                 "asking the ranks what they train")[0]
         if training is None:
             return
-        spec, checkpoint, stop_after = training
+        spec, checkpoint, stop_after, *rest = training  # a rank started before stop signals: 3
         self.in_place = in_place_for(spec, self.num_workers)
         self.run = TrainingRun(self, [None] * self.num_workers, spec=spec, checkpoint=checkpoint,
-                               stop_after=stop_after)
+                               stop_after=stop_after, stop_signals=bool(rest and rest[0]))
 
     @classmethod
     def reclaim(cls, name_prefix: str, num_workers: int, *, pool_prefix: str | None = None,
@@ -409,7 +416,15 @@ class WorkerGroup:
 
     def signal_stop(self) -> None:
         """`request_stop`, sent without waiting for the ranks' answers (from any
-        thread: the group's driver may be waiting on them meanwhile)."""
+        thread: the group's driver may be waiting on them meanwhile); first,
+        for a training started with `stop_signals`, the signal rank 0 reads
+        at its next step boundary (workers/cluster/stop_signal.py)."""
+        if self.run is not None and self.run.stop_signals and self.node_infos:
+            try:
+                stop_signal.signal(self.node_infos[0].actor_id)
+            except Exception as e:  # the actor calls below still reach the ranks
+                logger.warning("signalling a stop to %s through the GCS: %s",
+                               rank_where(0, self.node_infos), e)
         for actor in self._actors:
             if actor is not None:
                 actor.request_stop.remote()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
+from workers.cluster import stop_signal
 from workers.cluster.in_place import in_place_for
 from workers.cluster.rank_info import RankInfo
 from workers.cluster.rank_output import OutputCapture
@@ -81,6 +82,7 @@ class RankActor(RecoveringRank):
         self._state = "idle"  # idle | running | done | preempted | failed
         self._error: str | None = None
         self._stop_requested = False
+        self._watch: stop_signal.StopWatch | None = None  # rank 0 of a training with stop signals
         self._sigterm_at: float | None = None  # wall time of the preemption notice, if one came
         self._sigterm_grace_s = sigterm_grace_s
         # the SIGTERM handler ours replaced (Ray's), as signal.getsignal returns it
@@ -135,6 +137,7 @@ class RankActor(RecoveringRank):
             node_ip=ray.util.get_node_ip_address(),
             pid=os.getpid(),
             gpu_ids=list(ray.get_gpu_ids()),
+            actor_id=ray.get_runtime_context().get_actor_id() or "",
         )
 
     def choose_rendezvous(self, same_node: bool, timeout_s: float) -> tuple[str, int]:
@@ -176,6 +179,7 @@ class RankActor(RecoveringRank):
     def train(
         self, spec: JobSpec, checkpoint: CheckpointTarget | None = None,
         stop_after: int | None = None, rejoin: Rejoin | None = None,
+        stop_signals: bool = False,
     ) -> list[dict]:
         """Run the job's entry point (`ENTRY_POINTS`, by its kind): a training
         runs to the end of the job or `stop_after`, resuming from the
@@ -184,7 +188,10 @@ class RankActor(RecoveringRank):
         (`WorkerGroup.start_training`): the engine takes it as it is.
         `rejoin`: this rank replaces a lost one in a running group: it joins
         the group's new process group and starts from the snapshot the plan
-        names (recovery in place), not from the checkpoint."""
+        names (recovery in place), not from the checkpoint.
+        `stop_signals`: rank 0 asks the GCS after every step whether the
+        driver signalled a stop (workers/cluster/stop_signal.py: a pruned
+        sweep trial stops at the step boundary after the verdict)."""
         self._timeline.setdefault("engine_imported", time.time())
         # An earlier training's trainer and snapshots go before this one says it
         # runs: a status read between the two would give the old step as this one's.
@@ -192,8 +199,11 @@ class RankActor(RecoveringRank):
         if rejoin is None:  # a training from its start: an earlier one's snapshots are not its
             self._own, self._held = [], {}
         self._metrics, self._error = [], None
-        self._training = (spec, checkpoint, stop_after)
+        self._training = (spec, checkpoint, stop_after, stop_signals)
         self._stop_requested = False
+        self._watch = self._watch_stops() if stop_signals and self.rank == 0 else None
+        if self._watch is not None and rejoin is None:
+            stop_signal.clear(self._watch.actor_id)  # a stop meant for an earlier training here
         if rejoin is not None:
             self._rejoin.put(rejoin)
         self._state = "running"
@@ -202,7 +212,14 @@ class RankActor(RecoveringRank):
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             self._state, self._error = "failed", f"{type(e).__name__}: {e}"
             raise
+        finally:
+            if self._watch is not None:
+                stop_signal.clear(self._watch.actor_id)
         return rows
+
+    @staticmethod
+    def _watch_stops() -> stop_signal.StopWatch:
+        return stop_signal.StopWatch(ray.get_runtime_context().get_actor_id() or "")
 
     def _train(self, spec: JobSpec, checkpoint: CheckpointTarget | None,
                stop_after: int | None) -> tuple[list[dict], str]:
@@ -284,6 +301,8 @@ class RankActor(RecoveringRank):
 
         if self._sigterm_at is not None:
             return STOP_PREEMPTED
+        if not self._stop_requested and self._watch is not None and self._watch.asked():
+            self._stop_requested = True
         if self._stop_requested:
             return STOP_REQUESTED
         return STOP_MOVE if self._move_requested else 0

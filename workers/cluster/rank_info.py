@@ -19,6 +19,7 @@ class RankInfo:
     node_ip: str
     pid: int  # the rank's process
     gpu_ids: list[int | str] = field(default_factory=list)  # as Ray gives them (none on a CPU)
+    actor_id: str = ""  # the rank actor's Ray id: where a stop signal is addressed (stop_signal.py)
 
     @property
     def where(self) -> str:

@@ -136,7 +136,8 @@ class RecoveringRank:
         self._rejoin.put(plan)
 
     def training(self) -> tuple | None:
-        """(spec, checkpoint target, stop_after) of the latest `train` call; None before one."""
+        """(spec, checkpoint target, stop_after, stop_signals) of the latest `train` call;
+        None before one."""
         return self._training
 
     def set_peer(self, peer: Any) -> None:

@@ -90,7 +90,8 @@ def go_on_without(group: WorkerGroup, run: TrainingRun, lost: list[int], holding
                         timeout_s=group.pg_timeout_s, join_timeout_s=group.ready_timeout_s)
         actor = group._actors[rank]
         if rank in lost:
-            run.replace(rank, actor.train.remote(run.spec, run.checkpoint, run.stop_after, rejoin))
+            run.replace(rank, actor.train.remote(run.spec, run.checkpoint, run.stop_after, rejoin,
+                                                   run.stop_signals))
         else:
             actor.rejoin.remote(rejoin)
     _await_formed(group, before)

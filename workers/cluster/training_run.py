@@ -24,10 +24,12 @@ class TrainingRun:
     `status` instead calls `WorkerGroup.recover` itself."""
 
     def __init__(self, group: WorkerGroup, refs: list, *, spec: JobSpec,
-                 checkpoint: CheckpointTarget | None = None, stop_after: int | None = None):
+                 checkpoint: CheckpointTarget | None = None, stop_after: int | None = None,
+                 stop_signals: bool = False):
         self._group = group
         self._refs = refs
         self.spec, self.checkpoint, self.stop_after = spec, checkpoint, stop_after
+        self.stop_signals = stop_signals  # rank 0 reads `signal_stop`'s key itself, every step
         self._steps: dict[int, dict] = {}  # rank 0's metrics fetched so far, by step
         self._fetched = 0  # rank 0's rows read (its process's: a new rank 0 starts again)
         self.recoveries: list[Recovery] = []
