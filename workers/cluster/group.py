@@ -31,10 +31,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from checkpoints import CheckpointTarget
 from workers.cluster import stop_signal
 from workers.cluster.errors import PlacementTimeoutError, WorkerGroupError
+from workers.cluster.group_reattach import ReattachedGroup
 from workers.cluster.group_status import GroupStatus
 from workers.cluster.in_place import CannotMove, CannotRecover, in_place_for, peer_of
 from workers.cluster.move import PLACEMENT_WAIT_S, Move, move_in_place
-from workers.cluster.placed import moved_placement_groups
 from workers.cluster.placement import (
     PLACEMENT_STRATEGIES,
     GangBundles,
@@ -42,9 +42,9 @@ from workers.cluster.placement import (
     check_capacity,
     gang_bundles,
 )
-from workers.cluster.pool import RankPool, find_assigned, start_rank_actor
+from workers.cluster.pool import RankPool, start_rank_actor
 from workers.cluster.rank_actor import SIGTERM_GRACE_S
-from workers.cluster.rank_calls import await_answers, await_ranks
+from workers.cluster.rank_calls import PROGRESS_TIMEOUT_S, await_answers, await_ranks
 from workers.cluster.rank_info import RankInfo, rank_where
 from workers.cluster.replace import Recovery, recover_in_place
 from workers.cluster.training_run import TrainingRun
@@ -53,10 +53,8 @@ from workers.schema.flavor import matches
 
 logger = logging.getLogger(__name__)
 
-PROGRESS_TIMEOUT_S = 30.0
 
-
-class WorkerGroup:
+class WorkerGroup(ReattachedGroup):
     """`num_workers` rank actors, placed all or nothing, in one process group."""
 
     def __init__(
@@ -279,81 +277,6 @@ class WorkerGroup:
     ) -> list[list[dict]]:
         """Train to the end (or `stop_after`); one metrics dict per step, per rank."""
         return self.start_training(spec, checkpoint=checkpoint, stop_after=stop_after).wait()
-
-    @classmethod
-    def attach(cls, name_prefix: str, num_workers: int, **options) -> WorkerGroup:
-        """The live group named `name_prefix` (made detached by a driver that
-        has since restarted). Raises WorkerGroupError unless every rank's
-        actor and the placement group are there; kill leftovers with
-        `shutdown()` on what `reclaim` returns."""
-        group = cls.reclaim(name_prefix, num_workers, **options)
-        missing = [r for r, actor in enumerate(group._actors) if actor is None]
-        if missing or group._pg is None:
-            group.shutdown()
-            what = f"rank(s) {missing}" if missing else "its placement group"
-            raise WorkerGroupError(f"worker group {name_prefix} is gone: {what} not found")
-        group.node_infos = group._finish(
-            [actor.node_info.remote() for actor in group._actors],
-            PROGRESS_TIMEOUT_S,
-            "reaching the rank actors",
-        )
-        group._take_up_bundles()
-        group._follow_training()
-        return group
-
-    def _take_up_bundles(self) -> None:
-        """The bundle layout of a group started by another driver, read from its
-        placement group (a bundle per rank, or one per tensor-parallel group),
-        and the resources a rank holds: what a replacement rank is placed with."""
-        assert self._pg is not None
-        bundles = [dict(b) for b in self._pg.bundle_specs]
-        per_bundle = max(1, self.num_workers // len(bundles))
-        self._gang = GangBundles(bundles, [rank // per_bundle for rank in range(self.num_workers)])
-        self.cpus_per_worker = bundles[0].get("CPU", 0.0) / per_bundle
-        self.gpus_per_worker = bundles[0].get("GPU", 0.0) / per_bundle
-
-    def _follow_training(self) -> None:
-        """Take up the training the ranks run (a group started by another
-        driver), so that this driver can recover a lost rank in place and move
-        ranks off draining nodes as the one that started it could: the spec,
-        checkpoint target and `stop_after` are rank 0's latest `train` call's,
-        the peers the ranks hold already. Its `TrainingRun` has no results to
-        wait on (they were the other driver's): follow it with `status`."""
-        training = self._finish([self._actors[0].training.remote()], PROGRESS_TIMEOUT_S,
-                                "asking the ranks what they train")[0]
-        if training is None:
-            return
-        spec, checkpoint, stop_after, *rest = training  # a rank started before stop signals: 3
-        self.in_place = in_place_for(spec, self.num_workers)
-        self.run = TrainingRun(self, [None] * self.num_workers, spec=spec, checkpoint=checkpoint,
-                               stop_after=stop_after, stop_signals=bool(rest and rest[0]))
-
-    @classmethod
-    def reclaim(cls, name_prefix: str, num_workers: int, *, pool_prefix: str | None = None,
-                **options) -> WorkerGroup:
-        """Whatever is left of the named group (actors that are missing are
-        None), for `attach` or to `shutdown()` leftovers. A rank that came
-        from a pool is found among the pool's processes (`pool_prefix`)."""
-        group = cls(num_workers, name_prefix=name_prefix, detached=True, **options)
-        for rank in range(num_workers):
-            try:
-                group._actors.append(ray.get_actor(f"{name_prefix}-rank-{rank}"))
-            except ValueError:
-                group._actors.append(None)
-        if pool_prefix and None in group._actors:
-            for rank, actor in find_assigned(pool_prefix, name_prefix, num_workers).items():
-                if group._actors[rank] is None:
-                    group._actors[rank] = actor
-        try:
-            group._pg = ray.util.get_placement_group(f"{name_prefix}-pg")
-        except ValueError:
-            group._pg = None
-        for pg, ranks in moved_placement_groups(name_prefix):  # oldest first: a later move wins
-            group._keep_moved(pg)  # removed with the group, whoever runs there
-            for bundle, rank in enumerate(ranks):
-                if rank < num_workers:
-                    group.place_rank(rank, pg, bundle)
-        return group
 
     def status(self) -> GroupStatus:
         """Running, done, or preempted (every rank stopped, checkpointed,

@@ -22,6 +22,7 @@ from workers.cluster.errors import RankError, RankFailedError, RankHungError, Ra
 from workers.cluster.rank_info import RankInfo, rank_where
 
 POLL_S = 0.5  # how often a wait looks at its ranks
+PROGRESS_TIMEOUT_S = 30.0  # a quick call to every rank (not a training): its answers within this
 BLAME_GRACE_S = 3.0  # once a rank raises, how long to look for a lost rank that made it raise
 _ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the remote function's name
 
