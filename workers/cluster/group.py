@@ -342,7 +342,9 @@ class WorkerGroup(ReattachedGroup):
         thread: the group's driver may be waiting on them meanwhile); first,
         for a training started with `stop_signals`, the signal rank 0 reads
         at its next step boundary (workers/cluster/stop_signal.py)."""
-        if self.run is not None and self.run.stop_signals and self.node_infos:
+        # A rank 0 that predates stop signals says no actor id: it reads no key either.
+        if self.run is not None and self.run.stop_signals and self.node_infos \
+                and self.node_infos[0].actor_id:
             try:
                 stop_signal.signal(self.node_infos[0].actor_id)
             except Exception as e:  # the actor calls below still reach the ranks
