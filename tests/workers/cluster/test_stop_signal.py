@@ -34,14 +34,9 @@ def test_a_signal_stops_rank_0s_training_at_the_next_step_with_no_actor_call(for
         rank0 = group.node_infos[0].actor_id
         assert rank0 and group.node_infos[1].actor_id not in ("", rank0)
 
-        # Without stop signals the key is never read: the training runs to its end.
-        run = group.start_training(SHORT)
-        assert wait_until(lambda: len(run.progress()) >= 3, 120), "training never made a step"
-        stop_signal.signal(rank0)
-        assert [row["step"] for row in run.wait(timeout_s=120)[0]] == list(range(1, 41))
-
-        # With them, only the key is written (no request_stop): the ranks stop together.
-        # The signal left by the first training's test is cleared at this one's start.
+        # With stop signals, only the key is written (no request_stop): the ranks stop
+        # together. First on this group: its ranks have no earlier training's rows, which
+        # `progress` could return before this training's first step.
         run = group.start_training(JOB, stop_signals=True)
         assert wait_until(lambda: len(run.progress()) >= 3, 120), "training never made a step"
         sent = time.time()
@@ -58,7 +53,14 @@ def test_a_signal_stops_rank_0s_training_at_the_next_step_with_no_actor_call(for
         assert len(begun_after) <= 1, begun_after
         assert not signalled(rank0), "the key outlived its training"
 
-        # A signal written between trainings does not stop the next one.
+        # Without stop signals the key is never read (nor cleared): the training runs to
+        # its end with the key there throughout.
+        run = group.start_training(SHORT)
         stop_signal.signal(rank0)
+        assert [row["step"] for row in run.wait(timeout_s=120)[0]] == list(range(1, 41))
+        assert signalled(rank0)
+
+        # A key left from before a training with them does not stop it: its start clears it.
         rows = group.start_training(SHORT, stop_signals=True).wait(timeout_s=120)[0]
         assert [row["step"] for row in rows] == list(range(1, 41))
+        assert not signalled(rank0)
