@@ -60,7 +60,7 @@ DEATH_REASONS = {NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED: "preemption",
 def cluster_nodes() -> list[NodeView]:
     """Every node the GCS knows, the dead ones too: the live first, then by
     address and id."""
-    gcs = _gcs()
+    gcs = gcs_client()
     with _asking():
         infos = gcs.get_all_node_info(timeout=GCS_TIMEOUT_S)
         deadlines = _deadlines(gcs)
@@ -73,7 +73,7 @@ def cluster_nodes() -> list[NodeView]:
 def draining_nodes() -> dict[str, NodeView]:
     """The nodes draining now, by id: one call to the GCS when none is (the
     leader asks every poll)."""
-    gcs = _gcs()
+    gcs = gcs_client()
     with _asking():
         if not _deadlines(gcs):
             return {}
@@ -89,7 +89,7 @@ def drain_node(node_id: str, *, deadline_s: float | None, reason: str) -> None:
     node, or Ray's refusal."""
     if deadline_s is not None and deadline_s < 0:
         raise ValueError(f"deadline_s must be >= 0, got {deadline_s}")
-    gcs = _gcs()
+    gcs = gcs_client()
     node = next((n for n in cluster_nodes() if n.node_id == node_id), None)
     if node is None:
         raise UnknownNodeError(node_id)
@@ -127,8 +127,8 @@ def _asking() -> Iterator[None]:
         raise ClusterUnreachableError(f"Ray's GCS did not answer: {type(e).__name__}: {e}") from e
 
 
-def _gcs():
-    """This driver's GCS client (the process must have joined the cluster)."""
+def gcs_client():
+    """This process's GCS client (a driver's or an actor's: it must have joined the cluster)."""
     if not ray.is_initialized():
         raise ClusterUnreachableError("not connected to Ray")
     return ray._private.worker.global_worker.gcs_client

@@ -74,6 +74,7 @@ class RankActor(RecoveringRank):
         # When each start-up phase of this rank ended (epoch seconds): `timeline`.
         self._timeline: dict[str, float] = {"actor_started": time.time()}
         self.rank = rank
+        self._actor_id = ray.get_runtime_context().get_actor_id() or ""  # a stop signal's address
         self.world_size = world_size
         self.num_threads = num_threads
         # Before torch is imported: its OpenMP pool must not outnumber our CPUs.
@@ -137,7 +138,7 @@ class RankActor(RecoveringRank):
             node_ip=ray.util.get_node_ip_address(),
             pid=os.getpid(),
             gpu_ids=list(ray.get_gpu_ids()),
-            actor_id=ray.get_runtime_context().get_actor_id() or "",
+            actor_id=self._actor_id,
         )
 
     def choose_rendezvous(self, same_node: bool, timeout_s: float) -> tuple[str, int]:
@@ -201,7 +202,7 @@ class RankActor(RecoveringRank):
         self._metrics, self._error = [], None
         self._training = (spec, checkpoint, stop_after, stop_signals)
         self._stop_requested = False
-        self._watch = self._watch_stops() if stop_signals and self.rank == 0 else None
+        self._watch = stop_signal.StopWatch(self._actor_id) if stop_signals and self.rank == 0 else None
         if self._watch is not None and rejoin is None:
             stop_signal.clear(self._watch.actor_id)  # a stop meant for an earlier training here
         if rejoin is not None:
@@ -216,10 +217,6 @@ class RankActor(RecoveringRank):
             if self._watch is not None:
                 stop_signal.clear(self._watch.actor_id)
         return rows
-
-    @staticmethod
-    def _watch_stops() -> stop_signal.StopWatch:
-        return stop_signal.StopWatch(ray.get_runtime_context().get_actor_id() or "")
 
     def _train(self, spec: JobSpec, checkpoint: CheckpointTarget | None,
                stop_after: int | None) -> tuple[list[dict], str]:

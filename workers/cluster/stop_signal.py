@@ -21,12 +21,11 @@ from __future__ import annotations
 import logging
 import time
 
-import ray
+from workers.cluster.nodes import GCS_TIMEOUT_S, gcs_client
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE = b"brigade-stop"
-GCS_TIMEOUT_S = 5.0
 # A rank that could not ask (the GCS restarting) leaves the GCS alone this long;
 # the actor call `request_stop`, sent beside every signal, still reaches it.
 QUIET_AFTER_ERROR_S = 10.0
@@ -36,20 +35,16 @@ def _key(actor_id: str) -> bytes:
     return f"stop/{actor_id}".encode()
 
 
-def _gcs():
-    return ray._private.worker.global_worker.gcs_client
-
-
 def signal(actor_id: str) -> None:
     """Tell the rank whose actor id this is to stop at its next step boundary.
     Raises what the GCS raises: the caller sends `request_stop` too."""
-    _gcs().internal_kv_put(_key(actor_id), b"1", True, namespace=NAMESPACE, timeout=GCS_TIMEOUT_S)
+    gcs_client().internal_kv_put(_key(actor_id), b"1", True, namespace=NAMESPACE, timeout=GCS_TIMEOUT_S)
 
 
 def clear(actor_id: str) -> None:
     """Forget a stop for this actor (before and after one training of it)."""
     try:
-        _gcs().internal_kv_del(_key(actor_id), False, namespace=NAMESPACE, timeout=GCS_TIMEOUT_S)
+        gcs_client().internal_kv_del(_key(actor_id), False, namespace=NAMESPACE, timeout=GCS_TIMEOUT_S)
     except Exception as e:  # the next training clears it again before it begins
         logger.warning("clearing the stop signal of actor %s: %s", actor_id, e)
 
@@ -65,7 +60,7 @@ class StopWatch:
         if time.monotonic() < self._quiet_until:
             return False
         try:
-            return _gcs().internal_kv_exists(_key(self.actor_id), namespace=NAMESPACE,
+            return gcs_client().internal_kv_exists(_key(self.actor_id), namespace=NAMESPACE,
                                              timeout=GCS_TIMEOUT_S)
         except Exception as e:
             logger.warning("asking the GCS for a stop signal: %s (not again for %gs)",
