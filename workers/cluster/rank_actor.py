@@ -246,7 +246,8 @@ class RankActor(RecoveringRank):
                                      for row in self._trainer.state.unrecorded()]
                 rows = self._trainer.run(self._record, stop_after, should_stop=self._should_stop,
                                          on_snapshot=self._sender.send if in_place else None,
-                                         delivered=self._sender.delivered if in_place else None)
+                                         delivered=self._sender.delivered if in_place else None,
+                                         handover_s=self._sender.handover_s if in_place else None)
                 by_step.update((row["step"], row) for row in rows)
                 if self._trainer.stop_reason != "move":
                     break

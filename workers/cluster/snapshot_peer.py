@@ -11,12 +11,16 @@ One send at a time: a snapshot taken while the previous one is still waiting
 to go replaces it in the queue (the peer wants the newest). The ranks capture
 the next snapshot only once every rank's latest copy has arrived (`delivered`,
 agreed on by the train loop: workers/engine/trainer.py `Trainer.run`).
+Each copy's time, from Ray's copy to the peer's answer, is kept: the
+quickest (`handover_s`) is what the train loop counts, beside the capture's,
+when it settles an automatic snapshot interval.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,6 +61,7 @@ class SnapshotSender:
         self._pending: Any = None  # a lease on the newest snapshot not yet sent
         self.in_flight: int | None = None  # the step of the copy on its way (None: none is)
         self._failed = False  # the latest copy did not reach the peer
+        self._quickest_s: float | None = None  # the quickest copy that reached the peer
         self._thread: threading.Thread | None = None
 
     def send(self, snapshot: Any) -> None:
@@ -84,11 +89,14 @@ class SnapshotSender:
             try:
                 if peer is None:
                     continue
+                began = time.perf_counter()
                 try:
                     ref = ray.put(lease.payload)  # Ray's copy: the snapshot may be captured again
                 finally:
                     lease.release()
                 ray.get(peer.hold_snapshot.remote(self._rank.rank, ref), timeout=SEND_TIMEOUT_S)
+                took = time.perf_counter() - began
+                self._quickest_s = took if self._quickest_s is None else min(self._quickest_s, took)
                 self._failed = False
             except Exception as e:  # the peer gone: the group's recovery deals with it
                 self._failed = True
@@ -105,6 +113,13 @@ class SnapshotSender:
         to go or is on its way, and the last copy sent arrived."""
         with self._cond:
             return self._pending is None and self.in_flight is None and not self._failed
+
+    def handover_s(self) -> float | None:
+        """The quickest copy to the peer so far, in seconds: Ray's copy of the
+        payload, the call and the peer's unpickling and keeping it (None before
+        one arrived). The quickest, as a copy's cost: the first ones also pay
+        for the object store's and the call's first use."""
+        return self._quickest_s
 
     def flush(self, timeout_s: float = SEND_TIMEOUT_S) -> bool:
         """Wait until every snapshot queued has gone to the peer (or failed to);

@@ -138,7 +138,11 @@ class Trainer:
         # rejoins hands its trainer's over (`snapshots`), their buffers reused.
         self.snapshot_every = spec.checkpoint.memory_every_steps
         self.snapshots_skipped = 0  # captures due while a rank's previous copy was on its way
-        self._handed_over = False  # this trainer's run handed a snapshot to `on_snapshot`
+        self._handed_over = 0  # the snapshots this trainer's run handed to `on_snapshot`
+        # An automatic interval: the capture's seconds and the step's, measured after
+        # MEASURED_AFTER steps; the interval is settled once copies have reached the
+        # peers and their time is known too (`_settle_interval`).
+        self._measured: tuple[float, float] | None = None
         self._snapshots = list(snapshots or [])[:2]
         while len(self._snapshots) < 2:
             self._snapshots.append(Snapshot(self.device))
@@ -307,6 +311,7 @@ class Trainer:
         should_stop: Callable[[], int] | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
         delivered: Callable[[], bool] | None = None,
+        handover_s: Callable[[], float | None] | None = None,
     ) -> list[dict]:
         """Step to the end of the job, or to `stop_after`, or until
         `should_stop()` says so on any rank (then checkpoint, so a later run
@@ -331,7 +336,10 @@ class Trainer:
         skipped (`snapshots_skipped`) and tried again an interval later. A
         rank's snapshot that replaces its previous one before every copy of
         that is held would leave no step that every rank has in a live
-        process (docs/architecture.md "Recovery in place")."""
+        process (docs/architecture.md "Recovery in place"). With
+        `handover_s` (this rank's quickest copy to its peer so far, in
+        seconds), an automatic interval counts the copy's time beside the
+        capture's once two copies have arrived (`_settle_interval`)."""
         end = self.spec.train.steps
         stop = end if stop_after is None else min(stop_after, end)
         history: list[dict] = []
@@ -364,7 +372,7 @@ class Trainer:
                 if self.checkpoints is not None and (self.checkpoints.due(self.step) or final):
                     metrics.update(self.checkpoints.save(blocking=final))
                 if on_snapshot is not None:
-                    self._snapshot_due(on_snapshot, delivered, history, metrics)
+                    self._snapshot_due(on_snapshot, delivered, handover_s, history, metrics)
                 if self.stop_reason == "move" and self.step == stop and (
                         self.snapshot is None or self.snapshot.step != self.step):
                     self._capture()  # where the group goes on from: nothing redone
@@ -380,11 +388,13 @@ class Trainer:
         return history
 
     def _snapshot_due(self, on_snapshot: Callable[[Snapshot], None],
-                      delivered: Callable[[], bool] | None, history: list[dict],
+                      delivered: Callable[[], bool] | None,
+                      handover_s: Callable[[], float | None] | None, history: list[dict],
                       metrics: dict) -> None:
         """Capture on the interval, where every rank's previous copy has
         arrived; where the interval is automatic, measure it first, once this
-        run has taken MEASURED_AFTER steps."""
+        run has taken MEASURED_AFTER steps, and settle it once two copies
+        have reached the peers."""
         if self.snapshot_every is None and len(history) + 1 == MEASURED_AFTER:
             self.snapshot_every = self._measure_snapshot_interval([*history, metrics])
         if not (self.snapshot_every and self.step % self.snapshot_every == 0):
@@ -394,8 +404,10 @@ class Trainer:
             if waiting:
                 self.snapshots_skipped += 1
                 return
+            if handover_s is not None and self._settle_interval(handover_s):
+                return
         on_snapshot(self._capture())
-        self._handed_over = True
+        self._handed_over += 1
 
     def _measure_snapshot_interval(self, rows: list[dict]) -> int:
         """`automatic_interval` of one capture (the second at this step: the
@@ -405,7 +417,29 @@ class Trainer:
         measured = self._capture()
         measured.capture(self)
         step_s = statistics.median(row["step_time_s"] for row in rows[1:])
+        self._measured = (measured.capture_s, step_s)
         return self._max_over_ranks(automatic_interval(measured.capture_s, step_s))
+
+    def _settle_interval(self, handover_s: Callable[[], float | None]) -> bool:
+        """An automatic interval, once two copies have reached the peers: the
+        smallest k whose capture and copy to the peer, together, cost at most
+        the budget of k steps (`automatic_interval`), but no longer than the
+        disk checkpoint's interval where the capture alone allows it: a lost
+        rank then redoes no more steps in place than a restart from disk
+        would. A copy is sent from a thread beside
+        the loop, but on the same host: its pickling holds the interpreter,
+        and where ranks train on the CPU it takes their cores. On the ranks'
+        largest k, so that they capture the same steps. Whether this step is
+        no longer due (the interval grew)."""
+        if self._measured is None or self._handed_over < 2:
+            return False  # set by the job, or not settled yet
+        capture_s, step_s = self._measured
+        self._measured = None  # settled once
+        every = automatic_interval(capture_s + (handover_s() or 0.0), step_s)
+        if self.spec.checkpoint.every_steps:
+            every = max(self.snapshot_every or 1, min(every, self.spec.checkpoint.every_steps))
+        self.snapshot_every = self._max_over_ranks(every)
+        return self.step % self.snapshot_every != 0
 
     def _max_over_ranks(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int32, device=self.device)

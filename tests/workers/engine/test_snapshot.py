@@ -178,6 +178,34 @@ def test_the_automatic_interval_is_measured_once_and_then_kept(one_rank):
     assert taken == [s for s in range(1, 13) if s % every == 0 and s >= 3]
 
 
+@pytest.mark.parametrize("handover_s, every_steps, after", [
+    (0.0, 0, "kept"),  # a copy that costs nothing: the capture's interval stays
+    (1e3, 0, "none"),  # a copy that costs 1000 s: no capture before the run's end
+    (1e3, 5, 5),  # ... but none older than the disk checkpoint's interval
+])
+def test_an_automatic_interval_counts_the_copy_to_the_peer_once_two_arrived(
+        one_rank, handover_s, every_steps, after):
+    from workers.engine.trainer import Trainer
+
+    taken: list[int] = []
+    spec = engine_job(24, data={"source": "synthetic"},
+                      checkpoint={"every_steps": every_steps, "memory_every_steps": None})
+    trainer = Trainer(spec)
+    trainer.run(on_snapshot=lambda snapshot: taken.append(snapshot.step), delivered=lambda: True,
+                handover_s=lambda: handover_s)
+    every = trainer.snapshot_every
+    first = [s for s in range(3, 25) if s % every == 0][:2] if after == "kept" else taken[:2]
+    assert len(first) == 2 and first[0] >= 3
+    settled = first[1] + 1  # the next step due after the second capture settles it
+    if after == "kept":
+        assert taken == [s for s in range(3, 25) if s % every == 0]
+    elif after == "none":
+        assert every > 24 and taken == first
+    else:
+        assert every == max(after, first[1] - first[0])  # never below the capture's own interval
+        assert taken == first + [s for s in range(settled, 25) if s % every == 0]
+
+
 def test_a_lent_payload_holds_the_next_capture_until_released(one_rank):
     from workers.engine.trainer import Trainer
 
