@@ -28,7 +28,9 @@ send is still in flight an interval later. `payload()` alone is for the
 thread that captures (or a caller that copies before the next capture).
 
 The interval (`checkpoint.memory_every_steps`), when unset, is chosen at the
-start of a run: `automatic_interval`.
+start of a run (`automatic_interval`): on the capture's cost, then on the
+capture's and the copy's to the peer together (workers/engine/trainer.py
+`Trainer._settle_interval`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from torch.distributed.tensor import DTensor, Placement
 from workers.engine.compression import CompressedReduceScatter
 from workers.engine.train_state import TrainState
 
-COST_BUDGET = 0.02  # the automatic interval's: a capture costs at most 2% of step time
+COST_BUDGET = 0.02  # the automatic interval's: a capture (and its copy) cost at most 2% of step time
 MEASURED_AFTER = 3  # steps of a run before the automatic interval is measured
 MAX_INTERVAL = 10_000_000  # the schema's bound on checkpoint.memory_every_steps
 

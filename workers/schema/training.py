@@ -187,8 +187,9 @@ class CheckpointSpec(_Section):
     # a snapshot of each rank's state in CPU memory every this many steps, what
     # recovery in place restores (workers/engine/snapshot.py); 0: none. Unset:
     # automatic, the smallest interval k >= 1 whose cost stays under 2% of step
-    # time, capture_s / (k x step_s) <= 0.02, with one capture and the step time
-    # measured at the job's start (`automatic_interval`)
+    # time, (capture_s + copy_s) / (k x step_s) <= 0.02, with one capture, the
+    # step time and two copies to the peer measured at the job's start
+    # (`automatic_interval`), no longer than every_steps where the capture allows
     memory_every_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = None
 
 
