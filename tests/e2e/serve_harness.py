@@ -200,3 +200,13 @@ def spec(steps: int, workers=2, **extra) -> dict:
 
 def losses_by_step(server: Server, job_id: str) -> dict[int, float]:
     return {row["step"]: row["loss"] for row in server.get(f"/v1/jobs/{job_id}/metrics")}
+
+
+def uninterrupted(job: dict) -> dict[int, float]:
+    """The job's loss curve trained uninterrupted in this process, a world of one:
+    the curve at every world size (within round-off: tests/workers/cluster/
+    test_ray_engine.py), without a job's ranks and their start-up on the cluster."""
+    from workers.engine.local import run_single_process
+    from workers.schema import JobSpec
+
+    return {row["step"]: row["loss"] for row in run_single_process(JobSpec.model_validate(job))}
