@@ -14,6 +14,7 @@ TITLES = {
     "compile": "Compile: steps/s compiled vs eager, compile time at start-up",
     "checkpoint": "Checkpoints: save and load vs the raw disk, async stall",
     "snapshot": "In-memory snapshots: capture and async-save hold vs a memcpy, memory per rank",
+    "snapshot_interval": "In-memory snapshots' interval: training time automatic, every step and off",
     "hf_io": "Hugging Face weights: import and export vs raw I/O",
     "startup": "Start-up: submit -> first step vs Ray Train's TorchTrainer",
     "rank_start": "Rank processes: forked from the fork server vs started cold",

@@ -14,9 +14,9 @@ from bench.report import Figure, Goal, assemble
 
 def test_every_figure_has_its_module():
     assert FIGURES == ["overhead", "comm", "tensor_parallel", "memory", "optimizers", "lora",
-                       "compile", "checkpoint", "snapshot", "hf_io", "startup", "rank_start", "recovery",
-                       "goodput", "drain", "api", "scheduler", "forecast", "sweeps", "ui", "data", "mixture",
-                       "soak"]
+                       "compile", "checkpoint", "snapshot", "snapshot_interval", "hf_io", "startup",
+                       "rank_start", "recovery", "goodput", "drain", "api", "scheduler", "forecast",
+                       "sweeps", "ui", "data", "mixture", "soak"]
     for name in FIGURES:
         spec = importlib.util.find_spec(f"bench.{name}")
         assert spec is not None, name
