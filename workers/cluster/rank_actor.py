@@ -199,6 +199,7 @@ class RankActor(RecoveringRank):
         self._trainer = None
         if rejoin is None:  # a training from its start: an earlier one's snapshots are not its
             self._own, self._held = [], {}
+            self._sender.new_training()
         self._metrics, self._error = [], None
         self._training = (spec, checkpoint, stop_after, stop_signals)
         self._stop_requested = False

@@ -114,6 +114,11 @@ class SnapshotSender:
         with self._cond:
             return self._pending is None and self.in_flight is None and not self._failed
 
+    def new_training(self) -> None:
+        """A training from its start (not a rank rejoining its group): its
+        copies' times are its own, of its model's size."""
+        self._quickest_s = None
+
     def handover_s(self) -> float | None:
         """The quickest copy to the peer so far, in seconds: Ray's copy of the
         payload, the call and the peer's unpickling and keeping it (None before

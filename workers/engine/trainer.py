@@ -426,18 +426,18 @@ class Trainer:
         the budget of k steps (`automatic_interval`), but no longer than the
         disk checkpoint's interval where the capture alone allows it: a lost
         rank then redoes no more steps in place than a restart from disk
-        would. A copy is sent from a thread beside
-        the loop, but on the same host: its pickling holds the interpreter,
-        and where ranks train on the CPU it takes their cores. On the ranks'
-        largest k, so that they capture the same steps. Whether this step is
-        no longer due (the interval grew)."""
+        would. A copy is sent from a thread beside the loop, but on the same
+        host: its pickling holds the interpreter, and where ranks train on the
+        CPU it takes their cores. On the ranks' largest k, so that they
+        capture the same steps. Whether this step is no longer due (the
+        interval grew)."""
         if self._measured is None or self._handed_over < 2:
             return False  # set by the job, or not settled yet
         capture_s, step_s = self._measured
         self._measured = None  # settled once
         every = automatic_interval(capture_s + (handover_s() or 0.0), step_s)
-        if self.spec.checkpoint.every_steps:
-            every = max(self.snapshot_every or 1, min(every, self.spec.checkpoint.every_steps))
+        if self.spec.checkpoint.every_steps:  # the capture's own interval is the floor
+            every = min(every, max(self.snapshot_every or 1, self.spec.checkpoint.every_steps))
         self.snapshot_every = self._max_over_ranks(every)
         return self.step % self.snapshot_every != 0
 
