@@ -137,9 +137,11 @@ class JobRunner(threading.Thread):
     def _run(self) -> None:
         try:
             group, ended = self.group, GroupOutcome(Outcome.NO_GROUP)
+            settled: Transition | None = None  # what an attempt's end was recorded as
             while not self.detach.is_set():
                 if group is None:  # record what comes next, then launch or let go
-                    transition = self._settle(ended)
+                    transition = settled or self._settle(ended)
+                    settled = None
                     if not transition.launch or self.detach.wait(transition.backoff_s):
                         return
                     started = self._start()
@@ -155,6 +157,10 @@ class JobRunner(threading.Thread):
                     self._tracking.flush(force=True)
                 self._nodes = {info.node_id for info in group.node_infos}
                 self._confirm_leading()
+                # Recorded before the group goes: a leader lost in between leaves a job whose
+                # end is known (a new leader removes the group as a leftover), never a RUNNING
+                # job whose group is gone, which reconcile would restart.
+                settled = self._settle(ended)
                 group.shutdown()
                 group = self.group = None
         except Deposed as e:  # another replica leads: it reattaches to the group

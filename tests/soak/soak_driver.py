@@ -318,19 +318,20 @@ def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: di
     summary["rank_signals_explained"] = {
         kind: dict(sorted(Counter(str(f["explained_by"]) for f in signals if f["kind"] == kind).items()))
         for kind in RANK_SIGNALS}
-    summary["sigkills"] = [  # each, in short: whom it hit, where, what it aimed at, what became of it
-        {"job": f["job"], "rank": f.get("rank"), "ranks": f.get("workers"),
-         "step": f"{f.get('step')}/{f.get('steps')}", "aim": f.get("aim"), "aimed": f.get("aimed"),
-         "aim_candidates": f.get("aim_candidates"), "deferred": f.get("deferred"),
-         "explained_by": f["explained_by"],
-         "cost_s": round(f["cost_s"], 2), **({"recovery": f["recovery"]} if "recovery" in f else {})}
-        for f in signals if f["kind"] == "sigkill"]
-    for f in signals:  # a SIGTERM may end nothing: its rank exits in its last step, the job ends
-        if f["kind"] == "sigkill" and f["explained_by"] is None:
-            problems.append(f"sigkill of rank {f.get('rank')} of job {f['job']} (at step "
+    for kind in RANK_SIGNALS:  # each, in short: whom it hit, where, what it aimed at, what became of it
+        summary[f"{kind}s"] = [
+            {"job": f["job"], "rank": f.get("rank"), "ranks": f.get("workers"),
+             "step": f"{f.get('step')}/{f.get('steps')}", "aim": f.get("aim"), "aimed": f.get("aimed"),
+             "aim_candidates": f.get("aim_candidates"), "deferred": f.get("deferred"),
+             "explained_by": f["explained_by"], "cost_s": round(f["cost_s"], 2),
+             **({"recovery": f["recovery"]} if "recovery" in f else {})}
+            for f in signals if f["kind"] == kind]
+    for f in signals:  # a SIGTERM may end nothing, but only where the job's last step came next
+        if f["explained_by"] is None:
+            problems.append(f"{f['kind']} of rank {f.get('rank')} of job {f['job']} (at step "
                             f"{f.get('step')} of {f.get('steps')}): no recovery, restart or "
-                            f"preemption followed it, nor had the job taken its last step: {f}; "
-                            f"its events: {_path(events.get(f['job'], []))}")
+                            f"preemption followed it, nor was the job in or past its last step: "
+                            f"{f}; its events: {_path(events.get(f['job'], []))}")
     for kind in RANK_SIGNALS:  # what a signal that ended an attempt or was recovered cost is never nothing
         ending = [f["cost_s"] for f in signals if f["kind"] == kind
                   and (f["attempts_ended"] or f["recovered_in_place"])]

@@ -44,6 +44,9 @@ earlier or a later fault's.
   - **finished**: the job's last step's row ended before the signal landed
     (it was winding down; a SIGTERM then ends nothing: the rank exits and
     the job succeeds).
+  - **last_step** (a SIGTERM): the only step the job trained after it was
+    its last (the notice's stop at the next step boundary is the job's end,
+    so it ends nothing).
   - **with_next**: the next signal on the job landed before it trained a
     step after this one: one outage, which the next signal's explanation
     covers (a kill that lands while the job falls back from the one before).
@@ -202,7 +205,8 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
                 rows: dict[str, list[dict]]) -> list[dict]:
     """Each injected fault with `cost_s`, `attempts_ended` and
     `recovered_in_place` (counts), and for a rank signal `explained_by`
-    ("in_place", "fallback", "restart", "preemption", "finished", "with_next" or None)
+    ("in_place", "fallback", "restart", "preemption", "finished", "last_step", "with_next" or
+    None)
     and the in-place recovery's `recovery` (from_step, to_step, seconds):
     the module's attribution."""
     lines = {i: pieces(jobs[i], events[i], rows.get(i, [])) for i in events if i in jobs}
@@ -246,6 +250,13 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
         return steps is not None and any(r.get("step") == steps and r.get("wall_time") is not None
                                          and r["wall_time"] <= landed for r in rows.get(job, []))
 
+    def in_last_step(job: str, landed: float, steps: int | None) -> bool:
+        """Whether the only step the job trained after the signal landed was its last (a
+        SIGTERM's checkpointed stop at the next step boundary is then the job's end)."""
+        after = [r.get("step") for r in rows.get(job, [])
+                 if r.get("wall_time") is not None and r["wall_time"] > landed]
+        return steps is not None and after == [steps]
+
     def with_next(job: str, landed: float) -> bool:
         """Whether the next signal on the job landed before it trained a step
         after this one (one outage: the next signal's recovery or restart is
@@ -265,6 +276,8 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
             return "preemption", recovery
         if finished(job, landed, f.get("steps")):
             return "finished", recovery
+        if f["kind"] == "sigterm" and in_last_step(job, landed, f.get("steps")):
+            return "last_step", recovery
         if with_next(job, landed):
             return "with_next", recovery
         return None, recovery
@@ -315,14 +328,21 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
 
 
 def cost_by_kind(priced: list[dict]) -> dict[str, dict]:
-    """Kind -> faults, attempts they ended, recoveries in place, median and max cost (s)."""
+    """Kind -> faults, attempts they ended, recoveries in place, median and max cost (s), and
+    the median cost of the faults that ended an attempt or were recovered in place
+    (`ending_median_s`, None where none did: a SIGTERM in a job's last step ends nothing)."""
     kinds: dict[str, list[dict]] = {}
     for f in priced:
         kinds.setdefault(f["kind"], []).append(f)
+
+    def ending(fs: list[dict]) -> float | None:
+        costs = [f["cost_s"] for f in fs if f["attempts_ended"] or f.get("recovered_in_place")]
+        return round(statistics.median(costs), 2) if costs else None
+
     return {kind: {"faults": len(fs), "attempts_ended": sum(f["attempts_ended"] for f in fs),
                    "recovered_in_place": sum(f.get("recovered_in_place", 0) for f in fs),
                    "median_s": round(statistics.median(f["cost_s"] for f in fs), 2),
-                   "max_s": round(max(f["cost_s"] for f in fs), 2)}
+                   "max_s": round(max(f["cost_s"] for f in fs), 2), "ending_median_s": ending(fs)}
             for kind, fs in sorted(kinds.items())}
 
 

@@ -90,7 +90,7 @@ def test_a_rank_signal_costs_its_attempt_lost_and_recovering_and_a_server_restar
     assert got["sigkill"]["explained_by"] == "restart" and got["sigkill"]["recovered_in_place"] == 0
     by_kind = cost_by_kind(list(got.values()))
     assert by_kind["sigkill"] == {"faults": 1, "attempts_ended": 1, "recovered_in_place": 0,
-                                  "median_s": 6.0, "max_s": 6.0}
+                                  "median_s": 6.0, "max_s": 6.0, "ending_median_s": 6.0}
 
 
 def test_a_restart_a_rank_signal_explains_is_not_also_the_servers():
@@ -202,6 +202,16 @@ def test_a_sigkill_nothing_followed_is_unexplained_and_one_after_the_last_step_f
     got = fault_costs(faults, {"j-quiet": quiet}, {"j-quiet": path}, {"j-quiet": rows})
     assert [(f["kind"], f["explained_by"], f["cost_s"]) for f in got] == [
         ("sigkill", None, 0.0), ("sigterm", "finished", 0.0)]
+    # A SIGTERM in the last step (only step 4's row after it) ends nothing; a SIGKILL there
+    # still needs its recovery, and a SIGTERM before it the job's stop.
+    late = [{"kind": "sigterm", "at": T0 + 10, "killed_at": T0 + 10.2, "job": "j-quiet", "steps": 4},
+            {"kind": "sigkill", "at": T0 + 10.5, "killed_at": T0 + 10.6, "job": "j-quiet", "steps": 4}]
+    got = fault_costs(late, {"j-quiet": quiet}, {"j-quiet": path}, {"j-quiet": rows})
+    assert [(f["kind"], f["explained_by"]) for f in got] == [("sigterm", "last_step"), ("sigkill", None)]
+    early = [{"kind": "sigterm", "at": T0 + 5, "killed_at": T0 + 5.5, "job": "j-quiet", "steps": 4}]
+    got = fault_costs(early, {"j-quiet": quiet}, {"j-quiet": path}, {"j-quiet": rows})
+    assert [f["explained_by"] for f in got] == [None]
+    assert cost_by_kind(got)["sigterm"]["ending_median_s"] is None  # it ended nothing
     # A kill the job never trained past before a second one landed: one outage, the second's.
     twice = [{"kind": "sigkill", "at": T0 + 5, "killed_at": T0 + 6.5, "job": "j-quiet", "steps": 4},
              {"kind": "sigkill", "at": T0 + 7, "killed_at": T0 + 7.5, "job": "j-quiet", "steps": 4}]

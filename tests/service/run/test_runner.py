@@ -255,6 +255,25 @@ def test_a_job_that_trains_all_its_steps_succeeds(store):
     assert "step 10/10 loss 0.1000 lr 0.001 100 tok/s" in lines
 
 
+def test_an_attempts_end_is_recorded_before_its_group_is_shut_down(store, monkeypatch):
+    """A leader lost between the two leaves a job whose end is known (its group a leftover
+    the next leader removes), never a RUNNING job whose group is gone, which the next
+    leader's reconcile would restart: once seen, a 4-step job that had trained its 4 steps."""
+    job_id = submit(store)
+    at_shutdown = []
+
+    def shutdown(group):
+        at_shutdown.append(store.get_job(job_id).state)
+        group.shut_down = True
+
+    monkeypatch.setattr(FakeGroup, "shutdown", shutdown)
+    cluster = FakeCluster([5, RankLostError(1, "rank 1 (pid 101, node 10.0.0.1) was lost")],
+                          [10, "done"])
+    run(store, cluster, job_id)
+    assert at_shutdown == [S.RESTARTING, S.SUCCEEDED]
+    assert store.get_job(job_id).attempt == 2
+
+
 def test_a_lost_rank_restarts_from_the_latest_checkpoint_and_succeeds(store):
     job_id = submit(store)
     cluster = FakeCluster([5, RankLostError(1, "rank 1 (pid 101, node 10.0.0.1) was lost")],
