@@ -281,8 +281,16 @@ class JobRunner(threading.Thread):
                 if 0 in moved.ranks:  # rank 0's rows start again in a new process
                     seen = 0
             if status.state in ("done", "preempted"):
-                self._record(group.progress(seen))
-                self._record_output(group)
+                try:
+                    self._record(group.progress(seen))
+                    self._record_output(group)
+                except WorkerGroupError as e:
+                    # A rank lost after its training ended (its save committed): the outcome
+                    # stands. Rows it never gave are its checkpoint's: one short of the job's
+                    # steps is decided a stop short, restarted from that checkpoint, which
+                    # replays them (`_recover`).
+                    logger.warning("job %s: its group ended (%s), then: %s", self.job_id,
+                                   status.state, e)
                 if status.state == "done":
                     if self.pruned.is_set():
                         self._await_prune()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -24,6 +25,14 @@ from workers.schema import JobSpec
 
 STEPS = 10  # the job's train.steps
 EVERY = 2  # its ranks "checkpoint" every EVERY steps
+
+
+@dataclass(frozen=True)
+class DoneThenLost:
+    """A script entry: the group trains `steps` more, says "done", and a rank
+    is lost before the runner reads its last rows (a SIGKILL after its end)."""
+
+    steps: int = 0
 
 
 @pytest.fixture
@@ -52,6 +61,7 @@ class FakeGroup:
         self.rows: list[dict] = [{**row, "replayed": True} for row in cluster.carried()]
         self.step = self.resumed_from = cluster.latest_step()
         self.stop_requested = self.shut_down = False
+        self.lost: RankLostError | None = None  # what every call raises once a rank is lost
         # Recovery in place: the cluster's script of what each `recover` does.
         self.in_place = bool(cluster.recoveries)
         self.recovered: list[list[int]] = []
@@ -80,6 +90,8 @@ class FakeGroup:
         self.spec = spec
 
     def progress(self, since: int = 0) -> list[dict]:
+        if self.lost is not None:
+            raise self.lost
         return self.rows[since:]
 
     def status(self) -> GroupStatus:
@@ -96,6 +108,10 @@ class FakeGroup:
                                                          f"(a preemption notice): checkpointed at step "
                                                          f"{self.step} and stopped")
         if action == "done":
+            return GroupStatus(state="done")
+        if isinstance(action, DoneThenLost):
+            self.train(action.steps)
+            self.lost = RankLostError(0, "rank 0 (pid 100, node 10.0.0.0) was lost")
             return GroupStatus(state="done")
         self.train(min(action, STEPS - self.step))
         return GroupStatus(state="running")
@@ -400,6 +416,26 @@ def test_a_group_lost_after_its_final_checkpoint_succeeds_on_the_replayed_rows(s
     job = store.get_job(job_id)
     assert (job.state, job.step, job.restarts) == (S.SUCCEEDED, STEPS, 1), job.error
     assert [r["step"] for r in store.metrics(job_id)] == list(range(1, STEPS + 1))
+
+
+def test_a_rank_lost_after_its_group_ended_leaves_the_job_succeeded(store):
+    # Seen in tests/soak: a SIGKILL that landed as the runner read a done group's last rows
+    # (its training over, its final save committed) failed the job: "control plane error".
+    job_id = submit(store)
+    cluster = FakeCluster([4, 4, 2, DoneThenLost()])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.step, job.restarts, job.error) == (S.SUCCEEDED, STEPS, 0, None)
+
+
+def test_a_rank_lost_before_a_done_groups_last_rows_were_read_replays_them_from_its_save(store):
+    job_id = submit(store)
+    cluster = FakeCluster([4, 4, DoneThenLost(steps=2)], ["done"])
+    run(store, cluster, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.step, job.restarts) == (S.SUCCEEDED, STEPS, 1), job.error
+    assert [r["step"] for r in store.metrics(job_id)] == list(range(1, STEPS + 1))
+    assert cluster.groups[1].resumed_from == STEPS  # the final save: nothing trained again
 
 
 def test_failures_beyond_max_restarts_fail_the_job_with_the_cause(store):
