@@ -99,10 +99,19 @@ def clean(browser: Browser, server: Server, allow: tuple[str, ...] = ()) -> None
 
 
 def text_of(browser: Browser, css: str) -> str:
+    """The first element's text; found again where the page redrew it between the find
+    and the read (a live table's refresh: a stale element, seen once under load)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    found = browser.driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+    for tries_left in range(4, -1, -1):
+        found = browser.driver.find_elements(By.CSS_SELECTOR, css)
+        try:
+            return found[0].text if found else ""
+        except StaleElementReferenceException:
+            if not tries_left:
+                raise
+    raise AssertionError("unreachable")
 
 
 def sign_in(browser: Browser, server: Server, key: str) -> None:
