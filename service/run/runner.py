@@ -140,7 +140,7 @@ class JobRunner(threading.Thread):
             settled: Transition | None = None  # what an attempt's end was recorded as
             while not self.detach.is_set():
                 if group is None:  # record what comes next, then launch or let go
-                    transition = settled or self._settle(ended)
+                    transition = settled if settled is not None else self._settle(ended)
                     settled = None
                     if not transition.launch or self.detach.wait(transition.backoff_s):
                         return

@@ -9,6 +9,7 @@ are remade)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -104,14 +105,14 @@ def text_of(browser: Browser, css: str) -> str:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    for tries_left in range(4, -1, -1):
+    def first() -> str:
         found = browser.driver.find_elements(By.CSS_SELECTOR, css)
-        try:
-            return found[0].text if found else ""
-        except StaleElementReferenceException:
-            if not tries_left:
-                raise
-    raise AssertionError("unreachable")
+        return found[0].text if found else ""
+
+    for _ in range(4):
+        with contextlib.suppress(StaleElementReferenceException):
+            return first()
+    return first()  # a fifth time, raising what it raises
 
 
 def sign_in(browser: Browser, server: Server, key: str) -> None:

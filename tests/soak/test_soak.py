@@ -62,10 +62,8 @@ def test_a_hundred_jobs_of_four_tenants_survive_the_chaos_thread(tmp_path):
     assert r["recoveries_in_place"] >= sigkills["in_place"], r  # the jobs' counters say so too
     assert r["failed_saves"] >= 1, r
     assert 0 < r["goodput"]["goodput"] < 1, r["goodput"]  # (the checks say the same, with why)
-    # What a signal that ended an attempt or was recovered in place cost is never nothing; a
-    # SIGTERM may end nothing (the job's last step came next: "last_step", or had ended).
+    # Every rank signal explained, and what one that ended an attempt or was recovered in place
+    # cost never nothing, are the driver's checks (`result.problems`, above): a SIGTERM may end
+    # nothing (the job's last step came next, "last_step", or had ended), so no median over all.
     assert r["fault_cost_s"]["sigkill"]["ending_median_s"] > 0, r
-    sigterm = r["fault_cost_s"]["sigterm"]
-    assert sigterm["ending_median_s"] is None or sigterm["ending_median_s"] > 0, r
-    assert "None" not in r["rank_signals_explained"]["sigterm"], r
     print(result.report)
