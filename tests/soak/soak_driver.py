@@ -36,7 +36,14 @@ from tests.e2e.serve_harness import KEY, TERMINAL, Server
 from tests.soak.soak_checks import (check_events, check_final, check_losses, check_recoveries,
                                     check_rows, report)
 from tests.soak.soak_client import SoakClient
-from tests.soak.soak_goodput import RANK_SIGNALS, check_goodput, cluster_goodput, cost_by_kind, fault_costs
+from tests.soak.soak_goodput import (
+    RANK_SIGNALS,
+    check_goodput,
+    cluster_goodput,
+    cost_by_kind,
+    ending_costs,
+    fault_costs,
+)
 from tests.soak.soak_plan import TENANTS, SoakPlan, job_spec
 from tests.soak.soak_threads import POOL, Chaos, Observations, QuotaSampler, RaySampler, Submitter
 
@@ -333,8 +340,7 @@ def _price_faults(summary: dict, admin: SoakClient, obs: Observations, by_id: di
                             f"preemption followed it, nor was the job in or past its last step: "
                             f"{f}; its events: {_path(events.get(f['job'], []))}")
     for kind in RANK_SIGNALS:  # what a signal that ended an attempt or was recovered cost is never nothing
-        ending = [f["cost_s"] for f in signals if f["kind"] == kind
-                  and (f["attempts_ended"] or f["recovered_in_place"])]
+        ending = ending_costs([f for f in signals if f["kind"] == kind])
         if ending and not statistics.median(ending) > 0:
             problems.append(f"{kind}: {len(ending)} ended an attempt or were recovered in place and "
                             f"their median cost (lost + recovering) is {statistics.median(ending)} s: "

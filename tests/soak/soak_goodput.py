@@ -327,6 +327,11 @@ def fault_costs(faults: list[dict], jobs: dict[str, dict], events: dict[str, lis
     return out
 
 
+def ending_costs(priced: list[dict]) -> list[float]:
+    """The costs of the faults that ended an attempt or were recovered in place."""
+    return [f["cost_s"] for f in priced if f["attempts_ended"] or f.get("recovered_in_place")]
+
+
 def cost_by_kind(priced: list[dict]) -> dict[str, dict]:
     """Kind -> faults, attempts they ended, recoveries in place, median and max cost (s), and
     the median cost of the faults that ended an attempt or were recovered in place
@@ -336,7 +341,7 @@ def cost_by_kind(priced: list[dict]) -> dict[str, dict]:
         kinds.setdefault(f["kind"], []).append(f)
 
     def ending(fs: list[dict]) -> float | None:
-        costs = [f["cost_s"] for f in fs if f["attempts_ended"] or f.get("recovered_in_place")]
+        costs = ending_costs(fs)
         return round(statistics.median(costs), 2) if costs else None
 
     return {kind: {"faults": len(fs), "attempts_ended": sum(f["attempts_ended"] for f in fs),

@@ -61,7 +61,7 @@ class FakeGroup:
         self.rows: list[dict] = [{**row, "replayed": True} for row in cluster.carried()]
         self.step = self.resumed_from = cluster.latest_step()
         self.stop_requested = self.shut_down = False
-        self.lost: RankLostError | None = None  # what every call raises once a rank is lost
+        self.lost: RankLostError | None = None  # what `progress` raises once a rank is lost
         # Recovery in place: the cluster's script of what each `recover` does.
         self.in_place = bool(cluster.recoveries)
         self.recovered: list[list[int]] = []
